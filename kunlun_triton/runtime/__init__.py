@@ -1,0 +1,24 @@
+"""Target detection, capability profiles, dispatch and config lookup."""
+
+from .capabilities import Capabilities, capabilities, launch_options, run_dtype
+from .config import ConfigError, get_config
+from .dispatch import DispatchError, dispatch_report, reset_dispatch_report, use_triton
+from .log import logger
+from .target import Target, current_target, detect_target
+
+__all__ = [
+    "Capabilities",
+    "ConfigError",
+    "DispatchError",
+    "Target",
+    "capabilities",
+    "current_target",
+    "detect_target",
+    "dispatch_report",
+    "get_config",
+    "launch_options",
+    "logger",
+    "reset_dispatch_report",
+    "run_dtype",
+    "use_triton",
+]

@@ -1,0 +1,83 @@
+"""What each target can do, so ops and configs never guess.
+
+Kunlun facts come from DESIGN.md (the Kunlun Triton backend's own tests and
+issues); they are reasoned, not measured here, since no card is reachable.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from .target import Target, current_target
+
+# Launch keywords only Kunlun's Triton accepts. Passing them to another target
+# is an error there, so ops hand every config through `launch_options`.
+KUNLUN_LAUNCH_KNOBS = frozenset(
+    {
+        "buffer_size_limit",
+        "isCloseOffsetAnalysis",
+        "isCloseCoreTiling",
+        "isCloseUnrollControl",
+        "isCloseVectorization",
+    }
+)
+GENERIC_LAUNCH_KNOBS = frozenset({"num_warps", "num_stages"})
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    dtypes: frozenset  # tensor dtypes the kernels are trusted with
+    has_dot: bool  # tl.dot lowers and is right (else use tl.sum formulations)
+    dot_bf16: bool  # tl.dot on bf16 operands is right (interpreter: garbage)
+    has_atomics: bool
+    num_warps_meaningful: bool
+    bf16_complete: bool  # every op runs in bf16; else the dtype policy picks fp16
+    timing_events_reliable: bool  # device events give nonzero elapsed times
+    launch_knobs: frozenset = field(default=GENERIC_LAUNCH_KNOBS)
+
+
+_ALL_FLOATS = frozenset({torch.float32, torch.float16, torch.bfloat16})
+
+_PROFILES = {
+    "cuda": Capabilities(_ALL_FLOATS, True, True, True, True, True, True),
+    "hip": Capabilities(_ALL_FLOATS, True, True, True, True, True, True),
+    # num_warps is ignored (a program maps to a cluster); atomics and the
+    # dot->softmax->dot chain are known to break; events time to 0; bf16 is
+    # incomplete on some ops.
+    "kunlun": Capabilities(
+        _ALL_FLOATS,
+        has_dot=False,
+        dot_bf16=False,
+        has_atomics=False,
+        num_warps_meaningful=False,
+        bf16_complete=False,
+        timing_events_reliable=False,
+        launch_knobs=KUNLUN_LAUNCH_KNOBS,
+    ),
+    # triton 3.9 interpreter: tl.dot on bf16 returns garbage; fp16/fp32 fine.
+    "interpreter": Capabilities(_ALL_FLOATS, True, False, True, False, True, False),
+    "torch": Capabilities(_ALL_FLOATS, False, False, False, False, True, False),
+}
+
+
+def capabilities(target: Target | None = None) -> Capabilities:
+    return _PROFILES[(target or current_target()).name]
+
+
+def launch_options(config: dict, target: Target | None = None) -> dict:
+    """The lower-case launch keywords of `config` that `target` understands.
+
+    Upper-case keys are kernel meta-parameters (constexprs) and are not
+    returned; the launcher passes those by name.
+    """
+    caps = capabilities(target)
+    return {k: v for k, v in config.items() if not k[:1].isupper() and k in caps.launch_knobs}
+
+
+def run_dtype(dtype: torch.dtype, target: Target | None = None) -> torch.dtype:
+    """The dtype a model asking for `dtype` should run in on `target`."""
+    if dtype == torch.bfloat16 and not capabilities(target).bf16_complete:
+        return torch.float16
+    return dtype

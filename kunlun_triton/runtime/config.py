@@ -1,0 +1,162 @@
+"""Launch configurations from ``autotune_configs/``, FlagGems-style lookup.
+
+Files, most specific first: ``<target>-<arch>.yaml`` (e.g. ``cuda-sm_90``),
+``<target>.yaml``, ``default.yaml``. Each has the shape::
+
+    version: 1
+    ops:
+      rms_norm:
+        source: measured | reasoned | tuned   # where the numbers come from
+        config: {ROWS_PER_PROGRAM: 4, num_warps: 8}
+        by_shape:                             # optional, first match wins
+          - when: {hidden_size_max: 1024}     # <dim>_min / <dim>_max, inclusive
+            config: {ROWS_PER_PROGRAM: 16}
+
+An op's config is default's, overlaid by the target's, overlaid by the
+architecture's; then the first matching ``by_shape`` rule (most specific file
+first) overlays that. Upper-case keys are kernel meta-parameters, lower-case
+keys launch options (see `capabilities.launch_options`).
+
+``KUNLUN_TRITON_CONFIG_DIR`` names a directory searched before the shipped
+one, file by file (what ``kunlun-triton tune`` writes can live there).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
+
+import yaml
+
+from .target import Target, current_target
+
+SCALARS = (bool, int, float, str)
+_PACKAGE_DIR = Path(__file__).resolve().parents[1]
+
+
+class ConfigError(ValueError):
+    """A malformed autotune config file: names the file, the key, and what was expected."""
+
+    def __init__(self, path, key: str, expected: str, got=None):
+        got_part = "" if got is None else f", got {got!r}"
+        super().__init__(f"{path}: {key}: expected {expected}{got_part}")
+
+
+def shipped_config_dir() -> Path:
+    # Source checkouts and editable installs keep the configs at the repo top;
+    # wheels carry them inside the package (see pyproject's package-dir).
+    for candidate in (_PACKAGE_DIR.parent / "autotune_configs", _PACKAGE_DIR / "autotune_configs"):
+        if candidate.is_dir():
+            return candidate
+    raise FileNotFoundError(f"no autotune_configs/ next to {_PACKAGE_DIR}")
+
+
+def config_dirs() -> list[Path]:
+    dirs = []
+    if os.environ.get("KUNLUN_TRITON_CONFIG_DIR"):
+        dirs.append(Path(os.environ["KUNLUN_TRITON_CONFIG_DIR"]))
+    dirs.append(shipped_config_dir())
+    return dirs
+
+
+def config_file_names(target: Target) -> list[str]:
+    """Most specific first."""
+    names = [f"{target.name}.yaml", "default.yaml"]
+    if target.arch:
+        names.insert(0, f"{target.name}-{target.arch}.yaml")
+    return names
+
+
+def _check_mapping_of_scalars(path, key, value) -> dict:
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, SCALARS) for k, v in value.items()
+    ):
+        raise ConfigError(path, key, "a mapping of names to numbers, booleans or strings", value)
+    return value
+
+
+def validate(data, path) -> dict:
+    """Check one parsed file; returns its ``ops`` mapping."""
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(path, "<top level>", "a mapping with keys version, ops", data)
+    unknown = set(data) - {"version", "target", "arch", "ops", "notes"}
+    if unknown:
+        raise ConfigError(path, sorted(unknown)[0], "one of version, target, arch, ops, notes")
+    if data.get("version", 1) != 1:
+        raise ConfigError(path, "version", "1", data.get("version"))
+    ops = data.get("ops") or {}
+    if not isinstance(ops, dict):
+        raise ConfigError(path, "ops", "a mapping of op names to entries", ops)
+    for op, entry in ops.items():
+        where = f"ops.{op}"
+        if not isinstance(entry, dict):
+            raise ConfigError(path, where, "a mapping with config / by_shape / source", entry)
+        extra = set(entry) - {"config", "by_shape", "source", "notes"}
+        if extra:
+            raise ConfigError(path, f"{where}.{sorted(extra)[0]}", "one of config, by_shape, source, notes")
+        if entry.get("source", "reasoned") not in ("measured", "reasoned", "tuned"):
+            raise ConfigError(path, f"{where}.source", "measured, reasoned or tuned", entry["source"])
+        _check_mapping_of_scalars(path, f"{where}.config", entry.get("config", {}))
+        rules = entry.get("by_shape", [])
+        if not isinstance(rules, list):
+            raise ConfigError(path, f"{where}.by_shape", "a list of {when, config} rules", rules)
+        for i, rule in enumerate(rules):
+            rkey = f"{where}.by_shape[{i}]"
+            if not isinstance(rule, dict) or set(rule) != {"when", "config"}:
+                raise ConfigError(path, rkey, "a mapping with exactly the keys when and config", rule)
+            when = rule["when"]
+            if not isinstance(when, dict) or not all(
+                isinstance(k, str) and k.endswith(("_min", "_max")) and isinstance(v, (int, float))
+                for k, v in when.items()
+            ):
+                raise ConfigError(path, f"{rkey}.when", "a mapping of <dim>_min/<dim>_max to numbers", when)
+            _check_mapping_of_scalars(path, f"{rkey}.config", rule["config"])
+    return ops
+
+
+@functools.lru_cache(maxsize=64)
+def _load_file(path: Path, mtime: float) -> dict:
+    with open(path) as f:
+        try:
+            data = yaml.safe_load(f)
+        except yaml.YAMLError as exc:
+            raise ConfigError(path, "<yaml>", "valid YAML", str(exc)) from exc
+    return validate(data, path)
+
+
+def load_config_files(target: Target) -> list[tuple[Path, dict]]:
+    """The files that apply to `target`, most specific first, as (path, ops)."""
+    found = []
+    for name in config_file_names(target):
+        for directory in config_dirs():
+            path = directory / name
+            if path.is_file():
+                found.append((path, _load_file(path, path.stat().st_mtime)))
+    return found
+
+
+def _matches(when: dict, shape: dict, path, op) -> bool:
+    for key, bound in when.items():
+        dim, kind = key.rsplit("_", 1)
+        if dim not in shape:
+            raise ConfigError(path, f"ops.{op}.by_shape.when.{key}", f"a dimension {op} is looked up by: {sorted(shape)}")
+        if (kind == "min" and shape[dim] < bound) or (kind == "max" and shape[dim] > bound):
+            return False
+    return True
+
+
+def get_config(op: str, target: Target | None = None, **shape) -> dict:
+    """The launch config for `op` on `target` (default: the current one) at `shape`."""
+    target = target or current_target()
+    files = load_config_files(target)
+    config: dict = {}
+    for _, ops in reversed(files):
+        config.update(ops.get(op, {}).get("config", {}))
+    for path, ops in files:
+        for rule in ops.get(op, {}).get("by_shape", []):
+            if _matches(rule["when"], shape, path, op):
+                return {**config, **rule["config"]}
+    return config

@@ -1,0 +1,94 @@
+"""Triton kernel or torch reference, per op call, and a record of what ran.
+
+Every public op asks `use_triton(op, *tensors)` once per call. The answer is
+Triton when the active target lowers Triton and the tensors live where that
+target runs; otherwise the op runs its torch reference. The first fallback of
+each op logs one warning saying why; ``KUNLUN_TRITON_DEBUG=1`` logs every
+decision. ``KUNLUN_TRITON_BACKEND=auto|triton|torch`` forces a path (``triton``
+raises instead of falling back).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import defaultdict
+
+import torch
+
+from .log import debug_enabled, logger
+from .target import current_target
+
+BACKENDS = ("auto", "triton", "torch")
+
+
+class DispatchError(RuntimeError):
+    """KUNLUN_TRITON_BACKEND=triton but the Triton path cannot run."""
+
+
+def forced_backend() -> str:
+    value = os.environ.get("KUNLUN_TRITON_BACKEND", "auto").strip().lower()
+    if value not in BACKENDS:
+        raise ValueError(f"KUNLUN_TRITON_BACKEND={value!r}; expected one of {', '.join(BACKENDS)}")
+    return value
+
+
+_lock = threading.Lock()
+_report: dict[str, dict] = {}
+_warned: set[str] = set()
+
+
+def _why_not_triton(tensors) -> str | None:
+    target = current_target()
+    if not target.is_triton:
+        return target.reason
+    for t in tensors:
+        if isinstance(t, torch.Tensor) and t.device.type != target.device_type:
+            return f"a tensor is on {t.device.type} but target {target.name} runs on {target.device_type}"
+    return None
+
+
+def use_triton(op: str, *tensors) -> bool:
+    """Decide and record the implementation for one call of `op`."""
+    backend = forced_backend()
+    if backend == "torch":
+        why = "KUNLUN_TRITON_BACKEND=torch"
+    else:
+        why = _why_not_triton(tensors)
+        if why and backend == "triton":
+            raise DispatchError(f"{op}: KUNLUN_TRITON_BACKEND=triton but {why}")
+    impl = "torch" if why else "triton"
+    _record(op, impl, why or f"target {current_target().name}")
+    return impl == "triton"
+
+
+def _record(op: str, impl: str, reason: str) -> None:
+    with _lock:
+        entry = _report.setdefault(op, {"impl": impl, "reason": reason, "calls": defaultdict(int)})
+        entry["impl"], entry["reason"] = impl, reason
+        entry["calls"][impl] += 1
+        first_fallback = impl == "torch" and op not in _warned
+        if first_fallback:
+            _warned.add(op)
+    if first_fallback:
+        logger.warning("%s falls back to its torch reference: %s", op, reason)
+    elif debug_enabled():
+        logger.debug("%s -> %s (%s)", op, impl, reason)
+
+
+def dispatch_report() -> dict[str, dict]:
+    """What ran for each op so far: ``{op: {impl, reason, calls: {impl: n}}}``.
+
+    ``impl`` is the latest call's implementation; ``calls`` counts both.
+    """
+    with _lock:
+        return {
+            op: {"impl": e["impl"], "reason": e["reason"], "calls": dict(e["calls"])}
+            for op, e in sorted(_report.items())
+        }
+
+
+def reset_dispatch_report() -> None:
+    with _lock:
+        _report.clear()
+        _warned.clear()

@@ -1,0 +1,25 @@
+"""One logger for the package; ``KUNLUN_TRITON_DEBUG=1`` turns on debug lines."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+logger = logging.getLogger("kunlun_triton")
+
+
+def debug_enabled() -> bool:
+    return os.environ.get("KUNLUN_TRITON_DEBUG", "0").lower() in ("1", "true", "yes", "on")
+
+
+def _configure() -> None:
+    if logger.handlers:
+        return
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("[kunlun_triton %(levelname)s] %(message)s"))
+    logger.addHandler(handler)
+    logger.propagate = False
+    logger.setLevel(logging.DEBUG if debug_enabled() else logging.INFO)
+
+
+_configure()

@@ -1,0 +1,1 @@
+"""Command-line tools: doctor, bench, tune, convert-weights (see `kunlun_triton.cli`)."""
