@@ -24,3 +24,24 @@ settings.register_profile(
 settings.register_profile("ci", parent=settings.get_profile("default"), derandomize=True, print_blob=True)
 settings.register_profile("explore", parent=settings.get_profile("default"), max_examples=200)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "default"))
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "sglang: needs SGLang installed (run in the sglang environment)")
+
+
+def pytest_runtest_makereport(item, call):
+    """With KUNLUN_TRITON_STRICT_SKIPS=1 (CI), a skip is a failure: a suite
+    that cannot run must say so, not pass quietly."""
+    if os.environ.get("KUNLUN_TRITON_STRICT_SKIPS") != "1" or call.excinfo is None:
+        return None
+    import pytest
+
+    if call.excinfo.errisinstance(pytest.skip.Exception):
+        from _pytest.reports import TestReport
+
+        report = TestReport.from_item_and_call(item, call)
+        report.outcome = "failed"
+        report.longrepr = f"skipped under KUNLUN_TRITON_STRICT_SKIPS=1: {call.excinfo.value}"
+        return report
+    return None
