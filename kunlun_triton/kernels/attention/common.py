@@ -1,0 +1,66 @@
+"""Small device functions shared by the decode and extend kernels."""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def soft_cap(s, CAP: tl.constexpr):
+    """cap * tanh(s / cap), written with tl.exp (no tanh in the portable subset):
+    tanh(x) = 1 - 2 / (exp(2x) + 1), exact at both saturations (exp -> inf or 0)."""
+    x = s / CAP
+    return CAP * (1.0 - 2.0 / (tl.exp(2.0 * x) + 1.0))
+
+
+@triton.jit
+def scores(q, k_t, USE_DOT: tl.constexpr, DOT_FP32: tl.constexpr):
+    """q [M, D] times k_t [D, N] -> [M, N] in fp32.
+
+    dot: tensor cores in the operands' dtype (fp32 operands when DOT_FP32,
+    with ieee precision so fp32 inputs are not silently rounded to tf32).
+    sum: broadcast product [M, D, N] reduced over D in fp32."""
+    if USE_DOT:
+        if DOT_FP32:
+            return tl.dot(q.to(tl.float32), k_t.to(tl.float32), input_precision="ieee")
+        else:
+            return tl.dot(q, k_t)
+    else:
+        return tl.sum(q.to(tl.float32)[:, :, None] * k_t.to(tl.float32)[None, :, :], axis=1)
+
+
+@triton.jit
+def weighted_values(p, v, USE_DOT: tl.constexpr, DOT_FP32: tl.constexpr):
+    """p [M, N] (fp32 probabilities) times v [N, Dv] -> [M, Dv] in fp32.
+
+    dot: p is rounded to v's dtype for the tensor cores (the usual flash
+    attention trade: one rounding of each weight, fp32 accumulation)."""
+    if USE_DOT:
+        if DOT_FP32:
+            return tl.dot(p, v.to(tl.float32), input_precision="ieee")
+        else:
+            return tl.dot(p.to(v.dtype), v)
+    else:
+        return tl.sum(p[:, :, None] * v.to(tl.float32)[None, :, :], axis=1)
+
+
+# Running max starts finite: a row whose every key so far is masked keeps
+# m = NO_SCORE, so exp(-inf - m) = 0 and the rescale exp(m - m) = 1, never
+# the NaN of exp(-inf - -inf).
+NO_SCORE = tl.constexpr(-1.0e30)
+
+
+@triton.jit
+def online_softmax_update(s, v, m_i, l_i, acc, USE_DOT: tl.constexpr, DOT_FP32: tl.constexpr):
+    """Fold one tile of scores s [M, N] (masked keys at -inf) and values
+    v [N, Dv] into the running max m_i [M], sum l_i [M] and unnormalised
+    output acc [M, Dv]:
+
+        m' = max(m, max_j s_j);  l' = l e^(m - m') + sum_j e^(s_j - m')
+        acc' = acc e^(m - m') + sum_j e^(s_j - m') v_j
+    """
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    alpha = tl.exp(m_i - m_new)
+    p = tl.exp(s - m_new[:, None])
+    l_new = l_i * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None] + weighted_values(p, v, USE_DOT, DOT_FP32)
+    return m_new, l_new, acc
