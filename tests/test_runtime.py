@@ -152,6 +152,13 @@ def test_lookup_order_architecture_target_default(config_dir, monkeypatch):
     assert get_config("other_op", CUDA90) == {}
 
 
+def test_specific_file_beats_a_shape_rule_of_a_general_one(config_dir, monkeypatch):
+    monkeypatch.setattr(config, "shipped_config_dir", lambda: config_dir / "none")
+    _write(config_dir / "default.yaml", "ops: {op: {by_shape: [{when: {n_max: 9}, config: {A: 1, B: 1}}]}}\n")
+    _write(config_dir / "cuda-sm_90.yaml", "ops: {op: {config: {A: 2}}}\n")
+    assert get_config("op", CUDA90, n=5) == {"A": 2, "B": 1}
+
+
 def test_by_shape_first_match_most_specific_file_first(config_dir, monkeypatch):
     monkeypatch.setattr(config, "shipped_config_dir", lambda: config_dir / "none")
     _write(

@@ -12,9 +12,10 @@ Files, most specific first: ``<target>-<arch>.yaml`` (e.g. ``cuda-sm_90``),
           - when: {hidden_size_max: 1024}     # <dim>_min / <dim>_max, inclusive
             config: {ROWS_PER_PROGRAM: 16}
 
-An op's config is default's, overlaid by the target's, overlaid by the
-architecture's; then the first matching ``by_shape`` rule (most specific file
-first) overlays that. Upper-case keys are kernel meta-parameters, lower-case
+Each file answers for an op with its ``config`` overlaid by its first
+matching ``by_shape`` rule; the answers then overlay each other from the
+least specific file to the most specific, so an architecture file's plain
+value beats a shape rule in ``default.yaml``. Upper-case keys are kernel meta-parameters, lower-case
 keys launch options (see `capabilities.launch_options`).
 
 ``KUNLUN_TRITON_CONFIG_DIR`` names a directory searched before the shipped
@@ -148,15 +149,21 @@ def _matches(when: dict, shape: dict, path, op) -> bool:
     return True
 
 
+def _resolve_in_file(entry: dict, shape: dict, path, op) -> dict:
+    """One file's answer for `op`: its config, overlaid by its first matching rule."""
+    config = dict(entry.get("config", {}))
+    for rule in entry.get("by_shape", []):
+        if _matches(rule["when"], shape, path, op):
+            config.update(rule["config"])
+            break
+    return config
+
+
 def get_config(op: str, target: Target | None = None, **shape) -> dict:
     """The launch config for `op` on `target` (default: the current one) at `shape`."""
     target = target or current_target()
-    files = load_config_files(target)
     config: dict = {}
-    for _, ops in reversed(files):
-        config.update(ops.get(op, {}).get("config", {}))
-    for path, ops in files:
-        for rule in ops.get(op, {}).get("by_shape", []):
-            if _matches(rule["when"], shape, path, op):
-                return {**config, **rule["config"]}
+    for path, ops in reversed(load_config_files(target)):
+        if op in ops:
+            config.update(_resolve_in_file(ops[op], shape, path, op))
     return config
