@@ -32,13 +32,9 @@ def _cmd_doctor(args) -> int:
 
 
 def _cmd_bench(args) -> int:
-    from .tools.bench import collect_cases, format_table, print_progress, run_bench
+    from .tools.bench import main_from_args
 
-    cases = collect_cases(args.family, args.preset, args)
-    rows = run_bench(cases, warmup=args.warmup, repeat=args.repeat, peak_gbps=args.peak_gbps, progress=print_progress)
-    print(file=sys.stderr)
-    print(format_table(rows))
-    return 0
+    return main_from_args(args)
 
 
 def _delegate(module: str, function: str):
@@ -63,12 +59,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run=_cmd_doctor)
 
     p = sub.add_parser("bench", help="time ops side by side with their references")
-    p.add_argument("family", nargs="*", help="op families (default: all)")
+    p.add_argument("family", nargs="*", help="op families or op names (default: all families)")
     p.add_argument("--preset", choices=sorted(MODEL_PRESETS), default=DEFAULT_PRESET)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--repeat", type=int, default=10)
     p.add_argument("--peak-gbps", type=float, default=None, help="device peak bandwidth, if not in the table")
     p.add_argument("--quick", action="store_true", help="small shapes only (CPU, CI)")
+    p.add_argument(
+        "--shape", action="append", metavar="KEY=V[,V...]",
+        help="override a preset field or a swept param, e.g. batch=1,8,context_len=512 (repeatable)",
+    )
+    p.add_argument("--output", "-o", metavar="DIR", help="write results.json, results.csv and plot.png here")
+    p.add_argument("--metric", choices=("auto", "time", "gbps"), default="auto", help="what the plot shows")
+    p.add_argument("--list", action="store_true", help="list the cases without running them")
+    p.add_argument("--peak-table", action="store_true", help="print the known peak bandwidths and exit")
     p.set_defaults(run=_cmd_bench)
 
     for name, module, function, text in (
@@ -83,7 +87,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser()
+    if argv and argv[0] in ("tune", "convert-weights", "serve"):
+        # argparse's REMAINDER drops a leading option (`convert-weights --model-path ...`),
+        # so these commands get their arguments untouched and parse them themselves
+        args = parser.parse_args(argv[:1])
+        args.rest = argv[1:]
+    else:
+        args = parser.parse_args(argv)
     if args.command in ("doctor", "bench", "tune"):
         _enable_interpreter_on_cpu()
     return args.run(args)

@@ -1,7 +1,21 @@
-"""Model shapes for benchmarks and peak bandwidths per device."""
+"""Model shapes for benchmarks, command-line shape overrides, and peak
+bandwidths per device.
+
+Shapes reach an op family's ``bench_cases(preset, args)`` two ways:
+
+- the model preset (``--preset``), whose fields a ``--shape`` may replace
+  (``--shape hidden_size=1024,2048`` benchmarks both widths: one preset each);
+- sweeps a family reads with ``shape_values(args, "batch", default)``; a
+  ``--shape batch=1,8`` replaces the default list.
+
+``--shape`` takes ``key=v1,v2,...`` and may hold several keys
+(``batch=1,8,context_len=512,4096``) or be repeated.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 from dataclasses import dataclass
 
 
@@ -27,6 +41,7 @@ MODEL_PRESETS = {
     )
 }
 DEFAULT_PRESET = "llama-3-8b"
+PRESET_FIELDS = tuple(f.name for f in dataclasses.fields(ModelPreset) if f.name != "name")
 
 # Peak HBM bandwidth in GB/s (vendor datasheets), matched by substring of the
 # device name torch reports, most specific first.
@@ -35,11 +50,76 @@ PEAK_BANDWIDTH_GBPS = (
     ("H100 PCIe", 2000.0),
     ("H100", 3350.0),
     ("H800", 3350.0),
+    ("H20", 4000.0),
     ("A100-SXM4-80GB", 2039.0),
     ("A100", 1555.0),
     ("MI300X", 5300.0),
+    ("MI325X", 6000.0),
     # Kunlun P800: no public figure we trust yet; pass --peak-gbps.
 )
+
+
+# ---------------------------------------------------------------- overrides
+
+
+def _scalar(text: str):
+    """'8' -> 8, '1e-6' -> 1e-06, 'fp16' -> 'fp16'."""
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return text
+
+
+def parse_shapes(specs) -> dict[str, list]:
+    """``["batch=1,8,context_len=512", "dtype=fp16"]`` ->
+    ``{"batch": [1, 8], "context_len": [512], "dtype": ["fp16"]}``.
+
+    A token with ``=`` starts a key; tokens without one add values to it."""
+    shapes: dict[str, list] = {}
+    for spec in specs or ():
+        key = None
+        for token in (t.strip() for t in spec.split(",")):
+            if not token:
+                continue
+            if "=" in token:
+                key, _, token = token.partition("=")
+                key = key.strip()
+                if not key or not token.strip():
+                    raise ValueError(f"--shape {spec!r}: expected key=value[,value...]")
+                shapes[key] = []
+            elif key is None:
+                raise ValueError(f"--shape {spec!r}: a value {token!r} comes before any key=")
+            shapes[key].append(_scalar(token.strip()))
+    return shapes
+
+
+def shape_values(args, name: str, default):
+    """The values to sweep for `name`: ``--shape name=...`` if given, else
+    `default` (a list). Families call this for each axis they sweep."""
+    shapes = getattr(args, "shapes", None) or {}
+    return list(shapes[name]) if name in shapes else list(default)
+
+
+def presets_for(preset: ModelPreset | str, shapes: dict | None) -> list[ModelPreset]:
+    """`preset` with every combination of the ``--shape`` values that name
+    its fields (hidden_size, head_dim, ...); just ``[preset]`` when none do."""
+    if isinstance(preset, str):
+        if preset not in MODEL_PRESETS:
+            raise ValueError(f"unknown preset {preset!r}; known: {', '.join(sorted(MODEL_PRESETS))}")
+        preset = MODEL_PRESETS[preset]
+    fields = {k: v for k, v in (shapes or {}).items() if k in PRESET_FIELDS}
+    if not fields:
+        return [preset]
+    keys = list(fields)
+    return [
+        dataclasses.replace(preset, **dict(zip(keys, combo)))
+        for combo in itertools.product(*(fields[k] for k in keys))
+    ]
+
+
+# ---------------------------------------------------------------- bandwidth
 
 
 def device_name() -> str:
@@ -64,3 +144,11 @@ def peak_bandwidth_gbps(name: str | None = None, override: float | None = None) 
         if key.lower() in name.lower():
             return gbps
     return None
+
+
+def peak_table() -> str:
+    """The known peaks as text, for ``kunlun-triton bench --peak-table``."""
+    lines = [f"{'device (substring match)':<26} peak GB/s"]
+    lines += [f"{key:<26} {gbps:>9.0f}" for key, gbps in PEAK_BANDWIDTH_GBPS]
+    lines.append(f"{'Kunlun P800':<26} {'unknown':>9}  (pass --peak-gbps)")
+    return "\n".join(lines)

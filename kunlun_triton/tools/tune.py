@@ -1,0 +1,251 @@
+"""`kunlun-triton tune OP`: search launch configs on this device and write
+the winners where the runtime looks for them.
+
+An op family offers its search space with a hook in its tools module::
+
+    def tune_space(preset, args) -> list[TuneTask | tuple]:
+        # (op, shape, make_thunk, candidates) per shape to tune
+        ...
+
+`shape` holds the dimensions the op passes to ``get_config(op, **shape)``
+(a rule naming any other dimension is a config error at lookup time);
+``make_thunk(config)`` builds the inputs once and returns a no-argument
+callable that launches the kernel with `config` (it may raise for a config
+the kernel rejects: that candidate is skipped). `candidates` is a list of
+config dicts (upper-case keys: constexpr meta-params, lower-case: launch
+options).
+
+Each candidate is timed with `timing.time_call` (median of synchronised
+repeats, wall clock where events are unreliable); the fastest per shape wins.
+The winners go to ``<target>-<arch>.yaml`` (e.g. ``cuda-sm_90.yaml``) in the
+output directory, as ``by_shape`` rules with ``source: tuned``: along each
+dimension that varies, a shape gets the config tuned at the smallest tuned
+value at or above it, so every shape between the tuned ones is covered. The
+op's plain ``config`` is the most frequent winner, repeated as a last rule
+matching every shape (a rule of a less specific file would otherwise beat a
+plain config here). An existing file is never
+touched without ``--force``; with it, the tuned ops replace their entries and
+every other op's entry is kept.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import sys
+from collections import Counter, namedtuple
+from pathlib import Path
+
+import yaml
+
+from . import families as _families
+from .presets import DEFAULT_PRESET, MODEL_PRESETS, PRESET_FIELDS, parse_shapes, presets_for
+from .report import ProgressBar
+from .timing import time_call
+
+TuneTask = namedtuple("TuneTask", "op shape make_thunk candidates")
+
+
+class TuneError(RuntimeError):
+    """Nothing to tune, nothing ran, or the output file is in the way."""
+
+
+def collect_tasks(names, preset_name: str, args) -> list[TuneTask]:
+    """Tasks of the named ops or families (``all``: every tunable op)."""
+    modules = {n: m for n, m in _families.family_modules().items() if hasattr(m, "tune_space")}
+    shapes = getattr(args, "shapes", None) or {}
+    tasks, seen = [], set()
+    for preset in presets_for(MODEL_PRESETS[preset_name], shapes):
+        for family, module in sorted(modules.items()):
+            for task in module.tune_space(preset, args):
+                task = TuneTask(*task)
+                key = (task.op, tuple(sorted(task.shape.items())))
+                if key not in seen and ("all" in names or task.op in names or family in names):
+                    seen.add(key)
+                    tasks.append(task)
+    if not tasks:
+        known = sorted({TuneTask(*t).op for m in modules.values() for t in m.tune_space(MODEL_PRESETS[preset_name], args)})
+        raise TuneError(
+            f"nothing to tune for {' '.join(names)}; tunable ops: {', '.join(known) or '(none yet)'}"
+        )
+    for key, values in shapes.items():
+        if key not in PRESET_FIELDS:
+            tasks = [t for t in tasks if key not in t.shape or any(str(t.shape[key]) == str(v) for v in values)]
+    return tasks
+
+
+def tune_task(task: TuneTask, warmup: int, repeat: int) -> dict:
+    """Time every candidate; ``{op, shape, winner, time_us, trials}``."""
+    trials = []
+    for config in task.candidates:
+        try:
+            thunk = task.make_thunk(dict(config))
+            timing = time_call(thunk, warmup=warmup, repeat=repeat)
+            trials.append({"config": dict(config), "time_us": timing.median_s * 1e6})
+        except Exception as exc:  # a config the kernel rejects is just not a candidate
+            trials.append({"config": dict(config), "time_us": None, "error": f"{type(exc).__name__}: {exc}"[:200]})
+    timed = [t for t in trials if t["time_us"] is not None]
+    best = min(timed, key=lambda t: t["time_us"]) if timed else None
+    return {
+        "op": task.op,
+        "shape": dict(task.shape),
+        "winner": best["config"] if best else None,
+        "time_us": best["time_us"] if best else None,
+        "trials": trials,
+    }
+
+
+def _bounds(values: list) -> dict:
+    """Sorted distinct value -> (min, max) of the interval it covers: a value
+    covers everything above the previous one, up to itself; the smallest
+    has no lower bound and the largest no upper bound."""
+    distinct = sorted(set(values))
+    out = {}
+    for i, v in enumerate(distinct):
+        lo = None if i == 0 else (distinct[i - 1] + 1 if isinstance(v, int) else (distinct[i - 1] + v) / 2)
+        hi = None if i == len(distinct) - 1 else v
+        out[v] = (lo, hi)
+    return out
+
+
+def build_entry(results: list[dict], note: str = "") -> dict:
+    """The YAML entry of one op from its per-shape results."""
+    results = [r for r in results if r["winner"] is not None]
+    counts = Counter(tuple(sorted(r["winner"].items())) for r in results)
+    entry: dict = {"source": "tuned", "config": dict(counts.most_common(1)[0][0])}
+    if note:
+        entry["notes"] = note
+    # The runtime takes the first matching by_shape rule of the most specific
+    # file before any plain config, so a less specific file's rule would beat
+    # this file's plain config: end with a rule that matches every shape.
+    catch_all = {"when": {}, "config": dict(entry["config"])}
+    if len(counts) == 1:
+        entry["by_shape"] = [catch_all]
+        return entry
+    dims = sorted({d for r in results for d in r["shape"]})
+    # by_shape bounds are numeric; a family tuning per dtype etc. keys ops apart
+    varying = [
+        d for d in dims
+        if len({r["shape"].get(d) for r in results}) > 1
+        and all(isinstance(r["shape"].get(d), (int, float)) for r in results)
+    ]
+    bounds = {d: _bounds([r["shape"][d] for r in results]) for d in varying}
+    rules = []
+    for r in sorted(results, key=lambda r: tuple(r["shape"][d] for d in varying)):
+        when = {}
+        for d in varying:
+            lo, hi = bounds[d][r["shape"][d]]
+            if lo is not None:
+                when[f"{d}_min"] = lo
+            if hi is not None:
+                when[f"{d}_max"] = hi
+        # cells of the grid of tuned values are disjoint, so a cell whose
+        # winner is the op's plain config needs no rule
+        if r["winner"] != entry["config"]:
+            rules.append({"when": when, "config": dict(r["winner"])})
+    entry["by_shape"] = rules + [catch_all]
+    return entry
+
+
+def config_file(output_dir: Path, target) -> Path:
+    name = f"{target.name}-{target.arch}.yaml" if target.arch else f"{target.name}.yaml"
+    return Path(output_dir) / name
+
+
+def merged_document(path: Path, entries: dict, target, meta_note: str) -> dict:
+    """The file's contents after the tuned `entries` replace their ops."""
+    from ..runtime.config import validate
+
+    data = {"version": 1, "target": target.name, "arch": target.arch, "notes": meta_note, "ops": {}}
+    if path.exists():
+        existing = yaml.safe_load(path.read_text()) or {}
+        validate(existing, path)
+        data = {**existing, "version": 1}
+        data.setdefault("ops", {})
+        data["ops"] = dict(data.get("ops") or {})
+    data["ops"].update(entries)
+    validate(data, path)
+    return data
+
+
+def write_document(path: Path, data: dict) -> None:
+    header = (
+        f"# {path.stem}: written by `kunlun-triton tune`; looked up <target>-<arch>.yaml, then\n"
+        "# <target>.yaml, then default.yaml (kunlun_triton/runtime/config.py).\n"
+    )
+    text = yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=100)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".yaml.tmp")
+    tmp.write_text(header + text)
+    tmp.replace(path)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="kunlun-triton tune", description=__doc__.split("\n\n")[0])
+    p.add_argument("op", nargs="+", help="op names, family names, or 'all'")
+    p.add_argument("--preset", choices=sorted(MODEL_PRESETS), default=DEFAULT_PRESET)
+    p.add_argument("--shape", action="append", metavar="KEY=V[,V...]", help="as for bench (repeatable)")
+    p.add_argument("--quick", action="store_true", help="tiny shapes and search (CPU, CI)")
+    p.add_argument("--output-dir", metavar="DIR", help="default: the shipped autotune_configs/")
+    p.add_argument("--force", action="store_true", help="merge into an existing file")
+    p.add_argument("--dry-run", action="store_true", help="print the YAML instead of writing it")
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--repeat", type=int, default=7)
+    return p
+
+
+def tune(args) -> dict:
+    """Run the search for parsed `args`; returns ``{path, document, results}``."""
+    from ..runtime import current_target
+    from ..runtime.config import shipped_config_dir
+    from .presets import device_name
+
+    target = current_target()
+    path = config_file(Path(args.output_dir) if args.output_dir else shipped_config_dir(), target)
+    if path.exists() and not args.force and not args.dry_run:
+        raise TuneError(f"{path} exists; pass --force to merge the tuned ops into it (other ops are kept)")
+    tasks = collect_tasks(args.op, args.preset, args)
+    bar = ProgressBar(len(tasks))
+    results = []
+    for i, task in enumerate(tasks):
+        bar.update(i, f"{task.op} {task.shape} ({len(task.candidates)} configs)")
+        results.append(tune_task(task, args.warmup, args.repeat))
+    bar.update(len(tasks), "done")
+    bar.close()
+    stamp = datetime.date.today().isoformat()
+    note = f"tuned {stamp} on {device_name()} ({target.name} {target.arch}), preset {args.preset}"
+    by_op: dict[str, list] = {}
+    for r in results:
+        by_op.setdefault(r["op"], []).append(r)
+    failed = sorted(op for op, rs in by_op.items() if all(r["winner"] is None for r in rs))
+    entries = {op: build_entry(rs, note) for op, rs in by_op.items() if op not in failed}
+    if not entries:
+        raise TuneError(f"every candidate failed for {', '.join(failed)}: " + _first_error(results))
+    document = merged_document(path, entries, target, note)
+    return {"path": path, "document": document, "results": results, "failed": failed}
+
+
+def _first_error(results) -> str:
+    return next((t["error"] for r in results for t in r["trials"] if t.get("error")), "?")
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        args.shapes = parse_shapes(args.shape)
+        out = tune(args)
+    except (TuneError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    for r in out["results"]:
+        winner = r["winner"] if r["winner"] is not None else "(every candidate failed)"
+        t = f"{r['time_us']:.1f} us" if r["time_us"] is not None else "-"
+        print(f"{r['op']:<24} {r['shape']}  ->  {winner}  {t}")
+    if out["failed"]:
+        print(f"warning: nothing written for {', '.join(out['failed'])}: {_first_error(out['results'])}", file=sys.stderr)
+    if args.dry_run:
+        print(yaml.safe_dump(out["document"], sort_keys=False, default_flow_style=None, width=100))
+        return 0
+    write_document(out["path"], out["document"])
+    print(f"wrote {out['path']}")
+    return 0
