@@ -1,7 +1,7 @@
 """Target detection, capability profiles, dispatch and config lookup."""
 
 from .capabilities import Capabilities, capabilities, launch_options, run_dtype
-from .config import ConfigError, get_config
+from .config import ConfigError, clear_config_cache, get_config
 from .dispatch import DispatchError, dispatch_report, reset_dispatch_report, use_triton
 from .log import logger
 from .target import Target, current_target, detect_target
@@ -9,6 +9,7 @@ from .target import Target, current_target, detect_target
 __all__ = [
     "Capabilities",
     "ConfigError",
+    "clear_config_cache",
     "DispatchError",
     "Target",
     "capabilities",

@@ -159,11 +159,27 @@ def _resolve_in_file(entry: dict, shape: dict, path, op) -> dict:
     return config
 
 
+_resolved: dict = {}
+
+
+def clear_config_cache() -> None:
+    """Forget resolved configs (after writing a config file in this process)."""
+    _resolved.clear()
+    _load_file.cache_clear()
+
+
 def get_config(op: str, target: Target | None = None, **shape) -> dict:
-    """The launch config for `op` on `target` (default: the current one) at `shape`."""
+    """The launch config for `op` on `target` (default: the current one) at `shape`.
+
+    Resolved once per (op, target, shape, config dirs) and then served from
+    memory: ops call this on every launch, so it must not touch the disk.
+    """
     target = target or current_target()
-    config: dict = {}
-    for path, ops in reversed(load_config_files(target)):
-        if op in ops:
-            config.update(_resolve_in_file(ops[op], shape, path, op))
-    return config
+    key = (op, target, tuple(sorted(shape.items())), tuple(config_dirs()))
+    if key not in _resolved:
+        config: dict = {}
+        for path, ops in reversed(load_config_files(target)):
+            if op in ops:
+                config.update(_resolve_in_file(ops[op], shape, path, op))
+        _resolved[key] = config
+    return dict(_resolved[key])

@@ -50,7 +50,7 @@ for job in jobs:
         compiled = triton.compile(src, target=GPUTarget(*job["target"]))
         results.append({"ok": True, "asm": sorted(compiled.asm)})
     except Exception as exc:
-        results.append({"ok": False, "error": "".join(traceback.format_exception_only(type(exc), exc))[-4000:]})
+        results.append({"ok": False, "error": "".join(traceback.format_exception(exc))[-6000:]})
 json.dump(results, sys.stdout)
 """
 

@@ -38,6 +38,7 @@ from pathlib import Path
 
 import yaml
 
+from ..runtime import clear_config_cache
 from . import families as _families
 from .presets import DEFAULT_PRESET, MODEL_PRESETS, PRESET_FIELDS, parse_shapes, presets_for
 from .report import ProgressBar
@@ -178,6 +179,7 @@ def write_document(path: Path, data: dict) -> None:
     tmp = path.with_suffix(".yaml.tmp")
     tmp.write_text(header + text)
     tmp.replace(path)
+    clear_config_cache()  # this process may look the new values up right away
 
 
 def build_parser() -> argparse.ArgumentParser:
