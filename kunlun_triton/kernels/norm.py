@@ -1,0 +1,89 @@
+"""RMSNorm kernels (plain and fused with the residual add).
+
+    y = x / sqrt(mean(x**2) + eps) * w
+
+Each program normalises a tile of ROWS_PER_PROGRAM rows at once, the whole
+row width in one block (BLOCK_COLS = next power of two >= N_COLS): one read
+of every input element and one write of every output element, which is all a
+bandwidth-bound op can do. Several rows per program amortise the per-program
+launch cost (about 0.6-0.9 us on Kunlun) and, for narrow rows, give each
+program enough bytes in flight. The row width is a constexpr so Kunlun's
+compiler can emit block DMA; row count and row strides are runtime values.
+
+Masked loads never rely on ``other=``: out-of-range lanes are zeroed with
+``tl.where`` after the load, since Kunlun's backend may ignore ``other``.
+All arithmetic is fp32.
+"""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _row_tile(pid, n_rows, ROWS_PER_PROGRAM: tl.constexpr, N_COLS: tl.constexpr, BLOCK_COLS: tl.constexpr):
+    """Row indices [R, 1], column indices [1, C] and the in-bounds mask [R, C]."""
+    rows = pid * ROWS_PER_PROGRAM + tl.arange(0, ROWS_PER_PROGRAM)[:, None]
+    cols = tl.arange(0, BLOCK_COLS)[None, :]
+    mask = (rows < n_rows) & (cols < N_COLS)
+    return rows.to(tl.int64), cols, mask
+
+
+@triton.jit
+def _normalize(total, weight_ptr, cols, mask, eps, N_COLS: tl.constexpr):
+    """total * rsqrt(mean(total**2) + eps) * weight, in fp32; `total` is zero where masked."""
+    mean_square = tl.sum(total * total, axis=1) / N_COLS
+    inv_rms = 1.0 / tl.sqrt(mean_square + eps)
+    weight = tl.load(weight_ptr + cols, mask=cols < N_COLS).to(tl.float32)
+    return total * inv_rms[:, None] * weight
+
+
+@triton.jit
+def rms_norm_kernel(
+    x_ptr,
+    weight_ptr,
+    out_ptr,
+    n_rows,
+    x_row_stride,
+    out_row_stride,
+    eps,
+    N_COLS: tl.constexpr,
+    BLOCK_COLS: tl.constexpr,
+    ROWS_PER_PROGRAM: tl.constexpr,
+):
+    """out[r] = rms_norm(x[r]) * weight for ROWS_PER_PROGRAM rows."""
+    rows, cols, mask = _row_tile(tl.program_id(0), n_rows, ROWS_PER_PROGRAM, N_COLS, BLOCK_COLS)
+    x = tl.load(x_ptr + rows * x_row_stride + cols, mask=mask).to(tl.float32)
+    x = tl.where(mask, x, 0.0)
+    y = _normalize(x, weight_ptr, cols, mask, eps, N_COLS)
+    tl.store(out_ptr + rows * out_row_stride + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def fused_add_rms_norm_kernel(
+    x_ptr,
+    residual_ptr,
+    weight_ptr,
+    out_ptr,
+    n_rows,
+    x_row_stride,
+    residual_row_stride,
+    out_row_stride,
+    eps,
+    N_COLS: tl.constexpr,
+    BLOCK_COLS: tl.constexpr,
+    ROWS_PER_PROGRAM: tl.constexpr,
+):
+    """residual[r] = x[r] + residual[r] (in place); out[r] = rms_norm(that sum) * weight.
+
+    The sum is normalised in fp32 before it is rounded to the residual's
+    dtype (as sgl_kernel / flashinfer do). Every element of a row is loaded
+    before any store, so `out` may alias `x` (SGLang's CUDA path overwrites x).
+    """
+    rows, cols, mask = _row_tile(tl.program_id(0), n_rows, ROWS_PER_PROGRAM, N_COLS, BLOCK_COLS)
+    x = tl.load(x_ptr + rows * x_row_stride + cols, mask=mask).to(tl.float32)
+    residual_ptrs = residual_ptr + rows * residual_row_stride + cols
+    residual = tl.load(residual_ptrs, mask=mask).to(tl.float32)
+    total = tl.where(mask, x + residual, 0.0)
+    tl.store(residual_ptrs, total.to(residual_ptr.dtype.element_ty), mask=mask)
+    y = _normalize(total, weight_ptr, cols, mask, eps, N_COLS)
+    tl.store(out_ptr + rows * out_row_stride + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
