@@ -1,0 +1,267 @@
+"""A pool of KV-cache pages with reference counts.
+
+Slot ``s`` (one token's K/V row in every layer's buffer) lives in page
+``s // page_size``. Page 0 is padding (SGLang writes dummy tokens there) and
+is never handed out, so a pool of ``num_pages`` pages owns page ids
+``1 .. num_pages`` and the KV buffers need ``(num_pages + 1) * page_size``
+rows.
+
+Metadata is O(pages), never O(tokens):
+
+- ``_free``: an int64 stack of free page ids. The free pages are
+  ``_free[_base:]``; taking ``n`` pages reads ``_free[_base:_base + n]`` and
+  moves ``_base`` up, releasing ``k`` pages writes them just below ``_base``.
+  Both are one slice and one copy: no ``torch.cat`` of the whole free list
+  per call (SGLang's allocator concatenates, which costs O(free pages)).
+- ``_refcount``: int32 per page. 0 free, 1 held by one user, > 1 shared
+  (radix-cache prefixes). A page returns to the stack when its count hits 0.
+- ``_stamp``: int64 scratch per page for de-duplicating page ids in O(n)
+  without a sort (see ``unique_pages``).
+
+Every hot-path method is a handful of tensor ops on the pool's device, no
+Python loop per page or token. The only host syncs are the data-dependent
+sizes (how many pages a release frees) and, in checked mode, the error
+checks.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+
+
+class PoolError(ValueError):
+    """A free or share that would corrupt the pool (double free, never
+    allocated, reference count below zero). Raised before any state changes."""
+
+
+def checked_default() -> bool:
+    """Checked mode is on unless ``KUNLUN_TRITON_POOL_CHECKED=0``."""
+    return os.environ.get("KUNLUN_TRITON_POOL_CHECKED", "1").lower() not in ("0", "false", "no", "off")
+
+
+@dataclass(frozen=True)
+class PoolStats:
+    """A snapshot of the pool, counted in pages (``page_size`` tokens each).
+
+    ``fragmentation`` is the share of free pages outside the longest run of
+    consecutive free page ids: 0.0 when the free pages form one block, near
+    1.0 when they are scattered one by one. Paged attention does not need
+    contiguous pages, but contiguity helps block DMA and cache locality."""
+
+    page_size: int
+    total_pages: int
+    free_pages: int
+    used_pages: int
+    shared_pages: int  # used pages with more than one holder
+    pending_free_pages: int  # deferred inside a free group, not yet released
+    fragmentation: float
+
+    @property
+    def free_tokens(self) -> int:
+        return self.free_pages * self.page_size
+
+    def __str__(self) -> str:
+        return (
+            f"{self.used_pages}/{self.total_pages} pages used ({self.shared_pages} shared), "
+            f"{self.free_pages} free, {self.pending_free_pages} pending, "
+            f"page_size {self.page_size}, fragmentation {self.fragmentation:.2f}"
+        )
+
+
+class BlockPool:
+    """Pages ``1..num_pages`` of ``page_size`` slots, with reference counts."""
+
+    def __init__(self, num_pages: int, page_size: int, device="cpu", checked: bool | None = None):
+        if num_pages < 0 or page_size < 1:
+            raise ValueError(f"need num_pages >= 0 and page_size >= 1, got {num_pages} and {page_size}")
+        self.num_pages = int(num_pages)
+        self.page_size = int(page_size)
+        self.device = torch.device(device)
+        self.checked = checked_default() if checked is None else bool(checked)
+        # Twice the pages plus a zero half: a negative id wraps into the zero
+        # half and an id past the end lands there, so the one gather of the
+        # counts also catches out-of-pool ids (count 0 = not allocated).
+        self._refcount = torch.zeros(2 * (self.num_pages + 1), dtype=torch.int32, device=self.device)
+        self._stamp = torch.zeros(2 * (self.num_pages + 1), dtype=torch.int64, device=self.device)
+        self._free = torch.empty(self.num_pages, dtype=torch.int64, device=self.device)
+        self._arange = torch.arange(max(self.num_pages, 1) + 1, dtype=torch.int64, device=self.device)
+        self._page_offsets = torch.arange(self.page_size, dtype=torch.int64, device=self.device)
+        self._plus_one = torch.ones((), dtype=torch.int32, device=self.device)
+        self._minus_one = -self._plus_one
+        self.reset()
+
+    # ------------------------------------------------------------ state
+
+    def reset(self) -> None:
+        """Every page free, in ascending order (the first take gets page 1)."""
+        self._refcount.zero_()
+        self._free.copy_(self._arange[1 : self.num_pages + 1])
+        self._base = 0
+
+    @property
+    def free_page_count(self) -> int:
+        return self.num_pages - self._base
+
+    def free_page_ids(self) -> torch.Tensor:
+        """The free pages in the order they will be taken (a view)."""
+        return self._free[self._base :]
+
+    def refcounts(self, pages: torch.Tensor) -> torch.Tensor:
+        return self._refcount[pages]
+
+    def refcount_table(self) -> torch.Tensor:
+        """Counts of pages 0..num_pages (a view; page 0 is always 0)."""
+        return self._refcount[: self.num_pages + 1]
+
+    # ------------------------------------------------------------ take / share / release
+
+    def take(self, n: int) -> torch.Tensor | None:
+        """``n`` free pages with reference count 1, or None (and no change)
+        when fewer than ``n`` are free. The result is a view of the free
+        stack: use it before the next release overwrites it."""
+        if n > self.num_pages - self._base:
+            return None
+        pages = self._free[self._base : self._base + n]
+        self._base += n
+        self._refcount.index_fill_(0, pages, 1)
+        return pages
+
+    def share(self, pages: torch.Tensor, counted: bool = False) -> None:
+        """One more holder for each distinct page in ``pages`` (a radix-cache
+        prefix reused by another request); with ``counted``, one more per
+        occurrence instead (no de-duplication pass)."""
+        if pages.numel():
+            self._update(pages.reshape(-1), +1, counted, "share of pages that are not allocated")
+
+    def release(self, pages: torch.Tensor, counted: bool = False, distinct: bool = False) -> int:
+        """One holder fewer for each distinct page in ``pages`` (with
+        ``counted``: one fewer per occurrence, so two holders of a page may
+        release it in one call; ``distinct`` promises no id repeats, which
+        checked mode verifies). Pages whose count reaches 0 go back on the
+        free stack; returns how many did.
+
+        In checked mode a page that is free (double free, never allocated),
+        outside the pool, or whose count would go below zero raises
+        ``PoolError`` naming its slots, and nothing changes."""
+        if pages.numel() == 0:
+            return 0
+        pages, counts, repeated = self._update(
+            pages.reshape(-1), -1, counted or distinct, "free of slots that are not allocated (double free?)",
+            detect_repeats=counted and not distinct,
+        )
+        freed = pages[counts == 0]
+        if repeated:
+            freed = self.unique_pages(freed)
+        k = freed.numel()
+        if k:
+            self._free[self._base - k : self._base] = freed
+            self._base -= k
+        return k
+
+    def _update(self, pages, delta: int, counted: bool, what: str, detect_repeats: bool = False):
+        """Add ``delta`` to the count of each distinct page (``counted``: of
+        each occurrence). Returns (pages, their new counts, whether ids
+        repeated, when asked to detect it or in checked mode)."""
+        try:
+            if not counted:
+                pages = self.unique_pages(pages)
+            old = self._refcount[pages] if (self.checked or not counted or detect_repeats) else None
+        except IndexError:
+            raise PoolError(f"{what}: slots outside the pool (pages 1..{self.num_pages})") from None
+        if self.checked:
+            self._raise_if(old <= 0, pages, what)
+        if not counted:
+            counts = old + delta
+            self._refcount[pages] = counts
+            return pages, counts, False
+        # Accumulate, so a page named m times moves by m; a repeat shows up as
+        # a total move (sum of multiplicities squared) above the number of ids.
+        # Without repeats, old > 0 already rules out going below zero.
+        self._refcount.index_put_((pages,), self._plus_one if delta > 0 else self._minus_one, accumulate=True)
+        counts = self._refcount[pages]
+        if old is None or delta > 0:  # a share cannot go below zero; repeats add holders
+            return pages, counts, False
+        repeated = int((old - counts).sum()) != pages.numel()
+        if self.checked and repeated and int(counts.min()) < 0:
+            self._refcount.index_put_((pages,), self._minus_one if delta > 0 else self._plus_one, accumulate=True)
+            raise PoolError(f"reference count below zero (freed more times than held): {self._describe(pages[counts < 0])}")
+        return pages, counts, repeated
+
+    def unique_pages(self, pages: torch.Tensor) -> torch.Tensor:
+        """The distinct ids in ``pages`` (which must lie in 0..num_pages), in
+        O(n) without a sort: scatter each position into its page's stamp;
+        among repeated ids one write wins, so exactly one position per id
+        reads its own index back. Order of first appearance is kept for ids
+        whose occurrences are adjacent (a kv row's pages)."""
+        pages = pages.reshape(-1)
+        n = pages.numel()
+        if n <= 1:
+            return pages
+        order = self._arange[:n] if n <= self._arange.numel() else torch.arange(n, device=self.device)
+        self._stamp[pages] = order
+        return pages[self._stamp[pages] == order]
+
+    # ------------------------------------------------------------ observability
+
+    def stats(self, pending_pages: int = 0) -> PoolStats:
+        counts = self._refcount[1 : self.num_pages + 1]
+        used = counts > 0
+        used_pages = int(used.sum())
+        shared = int((counts > 1).sum())
+        free = self.num_pages - used_pages
+        return PoolStats(
+            page_size=self.page_size,
+            total_pages=self.num_pages,
+            free_pages=free,
+            used_pages=used_pages,
+            shared_pages=shared,
+            pending_free_pages=pending_pages,
+            fragmentation=_fragmentation(~used, free),
+        )
+
+    def check_consistency(self) -> None:
+        """Expensive (O(pages)) invariants, for tests and debugging: the free
+        stack holds each free page once, exactly the pages with count 0."""
+        free = self.free_page_ids()
+        if free.numel() and (free.min() < 1 or free.max() > self.num_pages):
+            raise AssertionError("free stack holds an id outside 1..num_pages")
+        on_stack = torch.zeros(self.num_pages + 1, dtype=torch.int64, device=self.device)
+        on_stack.index_add_(0, free, torch.ones_like(free))
+        if int(on_stack.max()) > 1:
+            raise AssertionError(f"pages on the free stack twice: {torch.nonzero(on_stack > 1).flatten().tolist()}")
+        if bool(self._refcount[self.num_pages + 1 :].any()) or int(self._refcount[0]) != 0:
+            raise AssertionError("the padding page or the sentinel half has a count")
+        count_zero = self._refcount[: self.num_pages + 1] == 0
+        count_zero[0] = False
+        if not torch.equal(on_stack.bool(), count_zero):
+            raise AssertionError("free stack and reference counts disagree")
+        if bool((self._refcount < 0).any()):  # noqa: SIM102
+            raise AssertionError("negative reference count")
+
+    # ------------------------------------------------------------ errors
+
+    def _raise_if(self, bad: torch.Tensor, pages: torch.Tensor, what: str) -> None:
+        if bool(bad.any()):
+            raise PoolError(f"{what}: {self._describe(pages[bad])}")
+
+    def _describe(self, pages: torch.Tensor, limit: int = 8) -> str:
+        ids = pages.reshape(-1)[:limit].tolist()
+        ps = self.page_size
+        parts = [f"page {p} (slots {p * ps}..{p * ps + ps - 1})" for p in ids]
+        more = pages.numel() - len(ids)
+        return ", ".join(parts) + (f" and {more} more" if more > 0 else "")
+
+
+def _fragmentation(free_mask: torch.Tensor, free_pages: int) -> float:
+    """1 - longest run of consecutive free pages / free pages (0 when none free)."""
+    if free_pages == 0:
+        return 0.0
+    flags = free_mask.to(torch.int8)
+    edges = torch.diff(flags, prepend=flags.new_zeros(1), append=flags.new_zeros(1))
+    starts = torch.nonzero(edges == 1).flatten()
+    ends = torch.nonzero(edges == -1).flatten()
+    longest = int((ends - starts).max())
+    return 1.0 - longest / free_pages

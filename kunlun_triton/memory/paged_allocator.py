@@ -1,0 +1,301 @@
+"""A paged token-to-KV-slot allocator with SGLang's interface, on ``BlockPool``.
+
+``PagedKVAllocator`` has the method names, arguments, return values and
+invariants of SGLang 0.5.23's ``PagedTokenToKVPoolAllocator``
+(``sglang/srt/mem_cache/allocator/paged.py``) without importing SGLang, so
+the plugin can hand it to SGLang from ``get_paged_allocator_cls()``:
+
+    class KunlunPagedAllocator(PagedKVAllocator, BaseTokenToKVPoolAllocator):
+        pass    # PagedKVAllocator first in the MRO: its methods win
+
+What the plugin must pass (SGLang's own constructor call does this): ``size``
+(tokens, a multiple of ``page_size``), ``page_size``, ``dtype`` (the KV
+dtype; unused here), ``device``, ``kvcache`` (the KV pool, returned by
+``get_kvcache()``; its buffers need ``size + page_size`` rows, slot 0 is
+padding) and ``need_sort``. ``checked`` is ours: keyword-only, default from
+``KUNLUN_TRITON_POOL_CHECKED`` (on).
+
+Semantics shared with SGLang:
+- slot 0 (all of page 0) is never handed out;
+- ``alloc(n)`` takes ``n / page_size`` whole pages; every allocation returns
+  None when the pool is short, and then nothing changed;
+- ``alloc_extend`` continues each request's partial last page at
+  ``last_loc + 1`` before taking new pages; ``alloc_decode`` likewise;
+- ``free`` releases every page any given slot lies in (whole pages);
+- inside ``free_group_begin()/free_group_end()`` frees are deferred to the
+  end (each call de-duplicated on its own: two holders of a shared page
+  may both free it in one group);
+- ``free_segment(idx, start_pos=)`` releases ``idx[::page_size]``'s pages,
+  ``free_page_ids(pages)`` exactly the pages given (each once).
+
+Beyond SGLang: pages carry reference counts (``share``), so a prefix held by
+several requests returns to the pool when its last holder frees it; a double
+free raises ``PoolError`` with slot ids in checked mode; ``stats()``.
+
+Differences, on purpose: freed pages are reusable at once (SGLang with
+``need_sort`` stages them until an allocation runs short, then sorts); here
+``merge_and_sort_free()`` sorts the free pages so the next allocations take
+ascending ids, and ``available_size()`` is the same either way.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..runtime.log import logger
+from .block_pool import BlockPool, PoolStats
+
+
+class PagedKVAllocator:
+    """Token slots handed out page by page; see the module docstring."""
+
+    def __init__(self, size, page_size, dtype=None, device="cpu", kvcache=None, need_sort=False, *, checked=None):
+        if size % page_size:
+            logger.debug("allocator size %d is not a multiple of page_size %d; rounding down", size, page_size)
+        self.size = int(size)
+        self.page_size = int(page_size)
+        self.dtype = dtype
+        self.device = device
+        self._kvcache = kvcache
+        self.need_sort = need_sort
+        self.num_pages = self.size // self.page_size
+        self.pool = BlockPool(self.num_pages, self.page_size, device=device, checked=checked)
+        self.sizing = None  # set by from_memory_fraction
+        self.clear()
+
+    @classmethod
+    def from_memory_fraction(cls, **kwargs) -> PagedKVAllocator:
+        """Size the pool like SGLang's ``--mem-fraction-static``; see
+        ``kunlun_triton.memory.sizing.plan_kv_pool`` for the arguments. The
+        plan is logged and kept as ``allocator.sizing``."""
+        from .sizing import allocator_from_memory_fraction
+
+        return allocator_from_memory_fraction(cls, **kwargs)
+
+    # ------------------------------------------------------------ SGLang: bookkeeping
+
+    @property
+    def size_full(self) -> int:
+        return self.size
+
+    @property
+    def checked(self) -> bool:
+        return self.pool.checked
+
+    @property
+    def free_pages(self) -> torch.Tensor:
+        return self.pool.free_page_ids()
+
+    def get_kvcache(self):
+        return self._kvcache
+
+    def available_size(self) -> int:
+        return self.pool.free_page_count * self.page_size
+
+    def get_all_free_pages(self) -> torch.Tensor:
+        return self.pool.free_page_ids()
+
+    def clear(self) -> None:
+        self.pool.reset()
+        self.free_group = None
+
+    def merge_and_sort_free(self) -> None:
+        free = self.pool.free_page_ids()
+        if free.numel() > 1:
+            free.copy_(torch.sort(free).values)
+
+    def debug_print(self) -> str:
+        return str(self.stats())
+
+    def verify_byte_accounting(self) -> list:
+        return []
+
+    def translate_kv_indices_for_transfer(self, kv_indices: torch.Tensor) -> torch.Tensor:
+        return kv_indices
+
+    def resize(self, config) -> None:
+        """SGLang's resize: a new token budget, everything freed."""
+        self.__init__(
+            config.max_total_num_tokens, self.page_size, self.dtype, self.device, self._kvcache,
+            self.need_sort, checked=self.pool.checked,
+        )
+
+    def get_cpu_copy(self, indices, mamba_indices=None, req_pool_index=None):
+        return self._kvcache.get_cpu_copy(indices, mamba_indices=mamba_indices, req_pool_index=req_pool_index)
+
+    def load_cpu_copy(self, kv_cache_cpu, indices, mamba_indices=None, req_pool_index=None):
+        return self._kvcache.load_cpu_copy(
+            kv_cache_cpu, indices, mamba_indices=mamba_indices, req_pool_index=req_pool_index
+        )
+
+    # ------------------------------------------------------------ SGLang: allocation
+
+    def alloc(self, need_size: int):
+        """``need_size`` slots as whole pages (page-major), or None."""
+        pages = self.pool.take(need_size // self.page_size)
+        if pages is None:
+            return None
+        return (pages[:, None] * self.page_size + self.pool._page_offsets).reshape(-1)
+
+    def alloc_extend(
+        self,
+        prefix_lens: torch.Tensor,
+        prefix_lens_cpu: torch.Tensor,
+        seq_lens: torch.Tensor,
+        seq_lens_cpu: torch.Tensor,
+        last_loc: torch.Tensor,
+        extend_num_tokens: int,
+        num_new_pages: int | None = None,
+    ):
+        """Slots for tokens ``prefix_lens[i] .. seq_lens[i]-1`` of each request,
+        concatenated request by request. A request whose prefix ends mid-page
+        continues that page (``last_loc[i] + 1, ...``), then takes new pages.
+
+        For the token at position ``pos`` of request ``i``:
+            pos <  ceil(prefix/ps)*ps:  slot = last_loc + 1 + (pos - prefix)
+            otherwise:                  slot = new_page[i, pos//ps - ceil(prefix/ps)] * ps + pos % ps
+
+        Per-request numbers come from the ``_cpu`` copies (numpy: no device
+        launch, no sync); the per-token work is a dozen tensor ops.
+        """
+        ps = self.page_size
+        prefix = prefix_lens_cpu.numpy().astype(np.int64, copy=False)
+        seq = seq_lens_cpu.numpy().astype(np.int64, copy=False)
+        prefix_pages = -(-prefix // ps)
+        new_per_req = -(-seq // ps) - prefix_pages
+        if num_new_pages is None:
+            num_new_pages = int(new_per_req.sum())
+        pages = self.pool.take(num_new_pages)
+        if pages is None:
+            return None
+        if ps == 1:
+            return pages.clone()  # every token is a new page; the view would be overwritten
+        try:
+            return self._extend_slots(pages, prefix, seq, prefix_pages, new_per_req, last_loc, extend_num_tokens)
+        except Exception:
+            self.pool.release(pages.clone(), counted=True)  # a bad argument must not leak pages
+            raise
+
+    def _extend_slots(self, pages, prefix, seq, prefix_pages, new_per_req, last_loc, num_tokens):
+        """Gather every slot from one small table on the device:
+        ``candidates = [new pages..., each request's partial page]`` times
+        ``page_size``, indexed by ``row * page_size + pos % page_size`` where
+        the row is the request's partial page while ``pos`` is still on it,
+        else its next new page. Rows and offsets depend only on the lengths,
+        so they are computed on the host (numpy) and sent as one index."""
+        ps = self.page_size
+        device = self.pool.device
+        bs = prefix.size
+        extend = seq - prefix
+        first_new = np.cumsum(new_per_req) - new_per_req  # request's first page in `pages`
+        per_req = np.stack((prefix - (np.cumsum(extend) - extend), first_new - prefix_pages, np.arange(bs)), axis=1)
+        per_tok = np.repeat(per_req, extend, axis=0)
+        pos = np.arange(num_tokens) + per_tok[:, 0]
+        page_in_seq = pos // ps
+        row = page_in_seq + per_tok[:, 1]  # rank among the new pages
+        on_partial = page_in_seq < np.repeat(prefix_pages, extend)
+        row[on_partial] = pages.numel() + per_tok[on_partial, 2]
+        flat = torch.from_numpy(row * ps + (pos - page_in_seq * ps)).to(device, non_blocking=True)
+        partial_pages = torch.div(last_loc.to(torch.int64), ps, rounding_mode="floor")
+        candidates = torch.cat((pages, partial_pages))[:, None] * ps + self.pool._page_offsets
+        return candidates.reshape(-1)[flat]
+
+    def alloc_decode(self, seq_lens: torch.Tensor, seq_lens_cpu: torch.Tensor, last_loc: torch.Tensor):
+        """One slot per request for the token at position ``seq_lens[i] - 1``:
+        ``last_loc[i] + 1`` unless that position starts a new page."""
+        ps = self.page_size
+        needs_page = np.flatnonzero((seq_lens_cpu.numpy() - 1) % ps == 0)
+        pages = self.pool.take(needs_page.size)
+        if pages is None:
+            return None
+        if ps == 1:
+            return pages.clone()
+        out = last_loc.to(torch.int64) + 1
+        if needs_page.size:
+            out[torch.from_numpy(needs_page).to(self.pool.device, non_blocking=True)] = pages * ps
+        return out
+
+    # ------------------------------------------------------------ SGLang: freeing
+
+    def free(self, free_index: torch.Tensor) -> None:
+        """Release every page a slot in ``free_index`` lies in (each page
+        once per call; reference counts decide when it is really free)."""
+        if free_index.numel() == 0:
+            return
+        pages = torch.div(free_index.reshape(-1), self.page_size, rounding_mode="floor")
+        if self.free_group is not None:
+            # De-duplicate per call now: across calls of a group each call is
+            # one holder letting go (SGLang, without counts, de-duplicates the
+            # whole group; the two agree whenever no page is held twice).
+            self.free_group.append(self.pool.unique_pages(pages).clone())
+            return
+        self.pool.release(pages)
+
+    def free_full(self, free_index: torch.Tensor) -> None:
+        self.free(free_index)
+
+    def free_segment(self, free_index: torch.Tensor, *, start_pos: int) -> None:
+        """Free ``kv_row[start_pos : start_pos + n]`` of one request:
+        ``start_pos`` is page-aligned, so ``free_index[::page_size]`` holds one
+        slot of each page exactly once (a trailing partial page included)."""
+        if free_index.numel() == 0:
+            return
+        if start_pos % self.page_size:
+            raise ValueError(f"free_segment start_pos {start_pos} is not a multiple of page_size {self.page_size}")
+        reps = free_index.reshape(-1)[:: self.page_size]
+        self.free_page_ids(torch.div(reps, self.page_size, rounding_mode="floor"))
+
+    def free_page_ids(self, page_ids: torch.Tensor) -> None:
+        """Release exactly these pages, each at most once (checked mode
+        verifies); deferred inside a free group."""
+        if page_ids.numel() == 0:
+            return
+        if self.free_group is not None:
+            self.free_group.append(page_ids.reshape(-1).clone())
+            return
+        self.pool.release(page_ids.reshape(-1), counted=True)
+
+    def free_segments(self, segments) -> None:
+        """Ascending ``(free_index, start_pos)`` segments of one request's row,
+        no two touching the same page."""
+        for free_index, start_pos in segments:
+            self.free_segment(free_index, start_pos=start_pos)
+
+    def free_full_segment(self, free_index: torch.Tensor, *, start_pos: int) -> None:
+        self.free_segment(free_index, start_pos=start_pos)
+
+    def free_full_segments(self, segments) -> None:
+        self.free_segments(segments)
+
+    def free_group_begin(self) -> None:
+        if self.free_group is not None:
+            raise RuntimeError("free groups cannot be nested")
+        self.free_group = []
+
+    def free_group_end(self) -> None:
+        pending, self.free_group = self.free_group, None
+        if pending:
+            self.pool.release(torch.cat(pending), counted=True)
+
+    # ------------------------------------------------------------ beyond SGLang
+
+    def share(self, indices: torch.Tensor, *, start_pos: int | None = None) -> None:
+        """Another holder for every page a slot in ``indices`` lies in (a
+        prefix reused through the radix cache): each holder frees it once.
+        With ``start_pos`` (page-aligned, like ``free_segment``) the pages are
+        read from ``indices[::page_size]`` without de-duplication."""
+        if indices.numel() == 0:
+            return
+        indices = indices.reshape(-1)
+        if start_pos is None:
+            self.pool.share(torch.div(indices, self.page_size, rounding_mode="floor"))
+            return
+        if start_pos % self.page_size:
+            raise ValueError(f"share start_pos {start_pos} is not a multiple of page_size {self.page_size}")
+        reps = indices[:: self.page_size]
+        self.pool.share(torch.div(reps, self.page_size, rounding_mode="floor"), counted=True)
+
+    def stats(self) -> PoolStats:
+        pending = sum(pages.numel() for pages in self.free_group or ())
+        return self.pool.stats(pending_pages=pending)
