@@ -1,6 +1,7 @@
 # Sourced by scripts/run.sh and scripts/test.sh: make (or reuse) a virtual
 # environment in $VENV (default .venv) with this package and the given extras.
-#   setup_venv "test"          -> pip install -e ".[test]"
+#   setup_venv "test"                          -> pip install -e ".[test]"
+#   setup_venv "sglang,test" pinned-by-extras  -> the extras pin torch themselves
 # torch: a vendor build already importable by python3 (Kunlun's torch, a
 # ROCm build) is reused through --system-site-packages; on a machine with an
 # NVIDIA driver pip takes its default CUDA build; otherwise the CPU wheel
@@ -13,7 +14,7 @@ VENV=${VENV:-.venv}
 log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
 
 setup_venv() {
-  local extras=$1
+  local extras=$1 torch_from=${2:-}
   if [ ! -x "$VENV/bin/python" ]; then
     if "$PYTHON" -c "import torch, triton" 2>/dev/null; then
       log "creating $VENV reusing the system's torch and triton"
@@ -24,7 +25,7 @@ setup_venv() {
     fi
   fi
   local pip=("$VENV/bin/python" -m pip install --progress-bar off --disable-pip-version-check)
-  if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
+  if [ "$torch_from" != pinned-by-extras ] && ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
     if command -v nvidia-smi >/dev/null && nvidia-smi >/dev/null 2>&1; then
       log "installing torch (CUDA build: an NVIDIA driver answers)"
       "${pip[@]}" torch

@@ -1,12 +1,38 @@
 #!/usr/bin/env bash
-# The whole test suite, from a fresh clone: sets up .venv, runs pytest.
-# Kernels run under the Triton interpreter when no accelerator is present.
-# KUNLUN_TRITON_STRICT_SKIPS=1 turns any skipped test into a failure, so a
-# suite that cannot run is reported, not hidden. Extra arguments go to pytest.
+# The whole test suite from a fresh clone, in two environments:
+#   kernels: .venv with torch + triton only (CPU: torch 2.13.0, triton 3.9);
+#            everything that does not need SGLang.
+#   sglang:  .venv-sglang with the `sglang` extra (SGLang 0.5.23 pins torch
+#            2.14.1 and triton 3.8): the plugin end to end, comparisons with
+#            SGLang's own kernels and allocator, and every ahead-of-time
+#            lowering test again on the older Triton.
+# Kernels run in the Triton interpreter when no accelerator is present.
+# KUNLUN_TRITON_STRICT_SKIPS=1 turns any skip into a failure, so a suite that
+# cannot run is reported, not hidden. KUNLUN_TRITON_TEST_STAGES picks stages
+# (default "kernels sglang"); extra arguments go to pytest in every stage.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup-venv.sh
-setup_venv test
-log "running tests"
 export KUNLUN_TRITON_STRICT_SKIPS=${KUNLUN_TRITON_STRICT_SKIPS:-1}
-exec "$VENV/bin/python" -m pytest -m "not sglang" "$@"
+export SGLANG_CUDA_COREDUMP_BEFORE_CRASH_WAIT_SECS=0
+
+for stage in ${KUNLUN_TRITON_TEST_STAGES:-kernels sglang}; do
+  case $stage in
+    kernels)
+      VENV=.venv
+      setup_venv test
+      log "stage kernels: every test that needs no SGLang"
+      "$VENV/bin/python" -m pytest -m "not sglang" "$@"
+      ;;
+    sglang)
+      VENV=.venv-sglang
+      setup_venv "sglang,test" pinned-by-extras
+      log "stage sglang: the plugin end to end, SGLang comparisons, lowering on SGLang's Triton"
+      KUNLUN_TRITON_REQUIRE_SGLANG=1 "$VENV/bin/python" -m pytest -k "sglang or lower" "$@"
+      ;;
+    *)
+      echo "unknown stage $stage (expected kernels or sglang)" >&2
+      exit 2
+      ;;
+  esac
+done
