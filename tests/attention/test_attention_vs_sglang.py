@@ -1,9 +1,6 @@
 """Our kernels against SGLang's own Triton decode and extend kernels on the
-same inputs. Runs where sglang is installed (e.g. /tmp/venv-sglang); skipped
-only when sglang is absent and KUNLUN_TRITON_REQUIRE_SGLANG is unset."""
+same inputs. Collected only where SGLang is installed (see tests/conftest.py)."""
 
-import importlib.util
-import os
 
 import pytest
 import torch
@@ -12,10 +9,7 @@ from kunlun_triton.ops import decode_attention, extend_attention
 from kunlun_triton.testing import assert_close
 from kunlun_triton.testing.paged import decode_batch, extend_batch
 
-if importlib.util.find_spec("sglang") is None and not os.environ.get("KUNLUN_TRITON_REQUIRE_SGLANG"):
-    pytest.skip("sglang is not installed (set KUNLUN_TRITON_REQUIRE_SGLANG=1 to make this an error)", allow_module_level=True)
-
-from kunlun_triton.sglang_plugin.baselines.attention import sglang_decode, sglang_extend  # noqa: E402
+from kunlun_triton.sglang_plugin.baselines.attention import sglang_decode, sglang_extend
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 

@@ -1,0 +1,146 @@
+"""SGLang out-of-tree platform plugin: ``SGLANG_PLATFORM=kunlun``.
+
+Two entry points (both named ``kunlun``), declared in pyproject.toml:
+
+- ``sglang.srt.platforms``: :func:`activate` returns the platform class's
+  qualified name, or ``None`` when it should stay out of the way;
+- ``sglang.srt.plugins``: :func:`register` runs early in every SGLang process
+  and registers the ``kunlun_triton`` attention backend, the sampling backend
+  and the fused-op forwards.
+
+Activation rules:
+
+1. a Kunlun card (``kunlun_triton.runtime`` detection: ``torch_xmlir`` or
+   ``xpu-smi``, or ``KUNLUN_TRITON_TARGET=kunlun``): the platform runs on
+   device ``cuda`` through the vendor's torch build;
+2. ``SGLANG_PLATFORM=kunlun`` with ``KUNLUN_TRITON_TARGET=cuda|hip`` on a GPU
+   machine: the same platform on that GPU (to measure our kernels there);
+3. ``SGLANG_PLATFORM=kunlun`` anywhere else: development mode, on the CPU with
+   the Triton interpreter (``TRITON_INTERPRET=1``), said once in the log;
+4. otherwise ``None``: the plugin never hijacks a CUDA machine.
+
+Importing this module imports neither SGLang nor torch; every SGLang import in
+kunlun-triton lives under this package.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+logger = logging.getLogger("kunlun_triton.sglang_plugin")
+
+SUPPORTED_SGLANG_VERSIONS = ("0.5.23",)
+PLATFORM_NAME = "kunlun"
+DEVICE_PLATFORM = "kunlun_triton.sglang_plugin.platform:KunlunPlatform"
+DEV_PLATFORM = "kunlun_triton.sglang_plugin.platform:KunlunDevPlatform"
+DEV_MODE_ENV = "KUNLUN_TRITON_SGLANG_DEV"
+
+_said_dev_mode = False
+
+
+class UnsupportedSGLangVersion(RuntimeError):
+    pass
+
+
+def sglang_version() -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("sglang")
+    except PackageNotFoundError:
+        return None
+
+
+def check_sglang_version(found: str | None = None) -> str:
+    """Raise :class:`UnsupportedSGLangVersion` unless SGLang is a tested version."""
+    if os.environ.get("KUNLUN_TRITON_ALLOW_ANY_SGLANG") == "1":
+        return found or sglang_version() or "unknown"
+    found = found if found is not None else sglang_version()
+    if found is None:
+        raise UnsupportedSGLangVersion(
+            "kunlun-triton's SGLang plugin needs SGLang, which is not installed: "
+            f"pip install 'kunlun-triton[sglang]' (SGLang {', '.join(SUPPORTED_SGLANG_VERSIONS)})"
+        )
+    if found not in SUPPORTED_SGLANG_VERSIONS:
+        raise UnsupportedSGLangVersion(
+            f"kunlun-triton's SGLang plugin supports SGLang {', '.join(SUPPORTED_SGLANG_VERSIONS)}, "
+            f"found {found}: the platform hooks it relies on change between SGLang releases. "
+            f"Install a supported one (pip install 'kunlun-triton[sglang]'), or set "
+            f"KUNLUN_TRITON_ALLOW_ANY_SGLANG=1 to try anyway."
+        )
+    return found
+
+
+def _gpu_target_forced() -> bool:
+    return os.environ.get("KUNLUN_TRITON_TARGET", "").strip().lower() in ("cuda", "hip")
+
+
+def _selected() -> bool:
+    return os.environ.get("SGLANG_PLATFORM", "").strip() == PLATFORM_NAME
+
+
+def _enter_dev_mode() -> None:
+    global _said_dev_mode
+    os.environ[DEV_MODE_ENV] = "1"
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        os.environ["TRITON_INTERPRET"] = "1"
+    # Re-detect: a detection cached before TRITON_INTERPRET was set said "torch".
+    from kunlun_triton.runtime import detect_target
+
+    detect_target.cache_clear()
+    if not _said_dev_mode:
+        _said_dev_mode = True
+        logger.warning(
+            "kunlun-triton: SGLANG_PLATFORM=kunlun on a machine without a Kunlun card: "
+            "development mode, on the CPU with the Triton interpreter (TRITON_INTERPRET=1); "
+            "slow, for correctness only"
+        )
+
+
+def activate() -> str | None:
+    """Entry point of ``sglang.srt.platforms``: the platform class name or None."""
+    selected = _selected()
+    from kunlun_triton.runtime import detect_target
+
+    target = detect_target()
+    if target.name == "kunlun" or (selected and _gpu_target_forced()):
+        check_sglang_version()
+        os.environ.pop(DEV_MODE_ENV, None)
+        return DEVICE_PLATFORM
+    if selected:
+        check_sglang_version()
+        _enter_dev_mode()
+        return DEV_PLATFORM
+    return None
+
+
+def dev_mode() -> bool:
+    return os.environ.get(DEV_MODE_ENV) == "1"
+
+
+def register() -> None:
+    """Entry point of ``sglang.srt.plugins``: register backends and fused ops."""
+    check_sglang_version()
+    import sglang  # noqa: F401  (import SGLang fully before our modules that use it)
+
+    if _selected() and not _gpu_target_forced():
+        from kunlun_triton.runtime import detect_target
+
+        if detect_target().name != "kunlun":
+            # Before any of our kernels is imported: Triton decides at
+            # @triton.jit time whether a kernel runs in the interpreter.
+            _enter_dev_mode()
+    from . import registration
+
+    registration.register_all()
+
+
+__all__ = [
+    "SUPPORTED_SGLANG_VERSIONS",
+    "UnsupportedSGLangVersion",
+    "activate",
+    "check_sglang_version",
+    "dev_mode",
+    "register",
+]

@@ -1,0 +1,184 @@
+"""Attention backend ``kunlun_triton``: SGLang's paged attention on our kernels.
+
+Metadata comes from SGLang's ``ForwardBatch``: each request's KV slots are
+read out of ``req_to_token`` (token-level slot ids, so any ``page_size``
+works). Decode attends over the whole sequence (the new token's K/V is
+written first); extend attends over the cached prefix (``kv_indices`` lists
+the prefix only, as SGLang's ``extend_attention_fwd``) plus the new tokens,
+which covers radix-cache hits and chunked prefill. KV writes go through
+``ops.store_kv``.
+
+Not supported (a clear error, not a wrong answer): speculative decoding
+(target verify / draft extend), encoder and cross attention, quantized or
+non-NHD KV caches, CUDA graphs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+from sglang.srt.layers.attention.base_attn_backend import AttentionBackend
+from sglang.srt.layers.radix_attention import AttentionType
+from sglang.srt.mem_cache.memory_pool import KVWriteLoc
+
+from . import dev_mode
+from .kv_pool import plain_pool, store_kv_into_pool
+
+
+@dataclass
+class KunlunAttnMetadata:
+    kv_indptr: torch.Tensor  # int32 [bs + 1]
+    kv_indices: torch.Tensor  # int32: decode: whole sequence; extend: prefix only
+    qo_indptr: Optional[torch.Tensor] = None  # int32 [bs + 1], extend only
+    max_len_extend: int = 0
+
+
+def gather_kv_indices(req_to_token, req_pool_indices, lengths, total: int):
+    """(indptr, indices): request b's first lengths[b] slots of req_to_token."""
+    device = req_to_token.device
+    lengths = lengths.to(device=device, dtype=torch.int64)
+    indptr = torch.zeros(lengths.numel() + 1, dtype=torch.int64, device=device)
+    torch.cumsum(lengths, dim=0, out=indptr[1:])
+    if total == 0:
+        return indptr.to(torch.int32), torch.empty(0, dtype=torch.int32, device=device)
+    rows = torch.repeat_interleave(req_pool_indices.to(device=device, dtype=torch.int64), lengths, output_size=total)
+    starts = torch.repeat_interleave(indptr[:-1], lengths, output_size=total)
+    cols = torch.arange(total, dtype=torch.int64, device=device) - starts
+    indices = req_to_token[rows, cols].to(torch.int32)
+    return indptr.to(torch.int32), indices
+
+
+def _cpu_list_or(tensor, cpu_list):
+    return list(cpu_list) if cpu_list is not None else tensor.tolist()
+
+
+class KunlunTritonAttnBackend(AttentionBackend):
+    def __init__(self, model_runner):
+        super().__init__()
+        self.device = model_runner.device
+        self.req_to_token_pool = model_runner.req_to_token_pool
+        self.token_to_kv_pool = model_runner.token_to_kv_pool
+        self.forward_metadata = None
+        self.check = dev_mode()
+        if getattr(model_runner, "use_mla_backend", False):
+            raise NotImplementedError("kunlun_triton attention: MLA models are not supported yet")
+        if not plain_pool(self.token_to_kv_pool):
+            raise NotImplementedError(
+                "kunlun_triton attention needs an unquantized NHD MHA KV cache "
+                f"(got {type(self.token_to_kv_pool).__name__}); use --kv-cache-dtype auto"
+            )
+
+    # -- metadata --------------------------------------------------------
+
+    def init_forward_metadata(self, forward_batch):
+        mode = forward_batch.forward_mode
+        req_to_token = self.req_to_token_pool.req_to_token
+        if mode.is_decode_or_idle():
+            total = forward_batch.seq_lens_sum
+            if total is None:
+                total = int(forward_batch.seq_lens.sum())
+            kv_indptr, kv_indices = gather_kv_indices(
+                req_to_token, forward_batch.req_pool_indices, forward_batch.seq_lens, int(total)
+            )
+            self.forward_metadata = KunlunAttnMetadata(kv_indptr, kv_indices)
+            return
+        if mode.is_target_verify() or mode.is_draft_extend_v2() or forward_batch.spec_info is not None:
+            raise NotImplementedError("kunlun_triton attention: speculative decoding is not supported")
+        if not mode.is_extend():
+            raise NotImplementedError(f"kunlun_triton attention: forward mode {mode} is not supported")
+        prefix_cpu = _cpu_list_or(forward_batch.extend_prefix_lens, forward_batch.extend_prefix_lens_cpu)
+        extend_cpu = _cpu_list_or(forward_batch.extend_seq_lens, forward_batch.extend_seq_lens_cpu)
+        kv_indptr, kv_indices = gather_kv_indices(
+            req_to_token, forward_batch.req_pool_indices, forward_batch.extend_prefix_lens, int(sum(prefix_cpu))
+        )
+        ext = forward_batch.extend_seq_lens.to(device=req_to_token.device, dtype=torch.int64)
+        qo_indptr = torch.zeros(ext.numel() + 1, dtype=torch.int64, device=ext.device)
+        torch.cumsum(ext, dim=0, out=qo_indptr[1:])
+        self.forward_metadata = KunlunAttnMetadata(
+            kv_indptr, kv_indices, qo_indptr.to(torch.int32), max(extend_cpu, default=0)
+        )
+
+    # -- helpers -----------------------------------------------------------
+
+    @staticmethod
+    def _layer_args(layer):
+        cap = float(layer.logit_cap or 0.0)
+        method = getattr(layer, "logit_capping_method", "tanh")
+        if cap > 0 and method not in (None, "tanh"):
+            raise NotImplementedError(f"kunlun_triton attention: logit capping {method!r} is not supported")
+        window = layer.sliding_window_size
+        window = window if window is not None and window > -1 else None
+        if layer.is_cross_attention or layer.attn_type == AttentionType.ENCODER_ONLY:
+            raise NotImplementedError("kunlun_triton attention: encoder / cross attention is not supported")
+        return cap, window
+
+    def _store(self, layer, forward_batch, k, v):
+        pool = self.token_to_kv_pool
+        loc = forward_batch.out_cache_loc
+        if plain_pool(pool) and k.dtype == pool.dtype and v.dtype == pool.dtype:
+            store_kv_into_pool(pool, layer.layer_id, loc, k, v, check=self.check)
+        else:
+            pool.set_kv_buffer(layer, KVWriteLoc.for_batch(forward_batch), k, v)
+
+    # -- forward -----------------------------------------------------------
+
+    def forward_extend(self, q, k, v, layer, forward_batch, save_kv_cache=True, **kwargs):
+        from kunlun_triton import ops
+
+        cap, window = self._layer_args(layer)
+        heads, kv_heads = layer.tp_q_head_num, layer.tp_k_head_num
+        o = q.new_empty((q.shape[0], heads * layer.v_head_dim))
+        pool = self.token_to_kv_pool
+        if k is None and v is None:
+            k = pool.get_key_buffer(layer.layer_id)[forward_batch.out_cache_loc]
+            v = pool.get_value_buffer(layer.layer_id)[forward_batch.out_cache_loc]
+        elif save_kv_cache:
+            self._store(layer, forward_batch, k, v)
+        meta = self.forward_metadata
+        ops.extend_attention(
+            q.view(-1, heads, layer.qk_head_dim),
+            k.view(-1, kv_heads, layer.qk_head_dim),
+            v.view(-1, kv_heads, layer.v_head_dim),
+            o.view(-1, heads, layer.v_head_dim),
+            pool.get_key_buffer(layer.layer_id),
+            pool.get_value_buffer(layer.layer_id),
+            meta.qo_indptr,
+            meta.kv_indptr,
+            meta.kv_indices,
+            meta.max_len_extend,
+            layer.scaling,
+            logit_cap=cap,
+            sliding_window=window,
+            check=self.check,
+        )
+        return o
+
+    def forward_decode(self, q, k, v, layer, forward_batch, save_kv_cache=True, **kwargs):
+        from kunlun_triton import ops
+
+        cap, window = self._layer_args(layer)
+        heads = layer.tp_q_head_num
+        q = q.reshape(-1, heads * layer.qk_head_dim)
+        o = q.new_empty((q.shape[0], heads * layer.v_head_dim))
+        if save_kv_cache and k is not None and v is not None:
+            self._store(layer, forward_batch, k, v)
+        meta = self.forward_metadata
+        ops.decode_attention(
+            q.view(-1, heads, layer.qk_head_dim),
+            self.token_to_kv_pool.get_key_buffer(layer.layer_id),
+            self.token_to_kv_pool.get_value_buffer(layer.layer_id),
+            o.view(-1, heads, layer.v_head_dim),
+            meta.kv_indptr,
+            meta.kv_indices,
+            layer.scaling,
+            logit_cap=cap,
+            sliding_window=window,
+            check=self.check,
+        )
+        return o
+
+
+def create_kunlun_triton_backend(runner):
+    return KunlunTritonAttnBackend(runner)

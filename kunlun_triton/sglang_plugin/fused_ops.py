@@ -1,0 +1,135 @@
+"""Fused-op forwards (RMSNorm, SiLU/GELU-and-mul, rotary) routed to our ops.
+
+SGLang 0.5.23's ``BaseFusedOp`` looks up, on an out-of-tree platform, the
+forward registered for the op's EXACT class under the platform's dispatch key
+(``kunlun``), then a ``forward_kunlun`` method, then ``forward_native``. So
+each class is registered on its own, and only where our op computes what that
+class's ``forward_native`` computes:
+
+- ``RMSNorm`` (plain and with the fused residual add); the variants with
+  extra behaviour (``post_residual_addition``, fp32 residual, partial variance,
+  cast-before-multiply) fall back to native per call; the FP8 input-quant
+  fusion hint (``quant_linear``) is ignored, as ``forward_native`` does.
+  ``GemmaRMSNorm`` (``1 + weight``) and friends are different classes and stay
+  native.
+- ``SiluAndMul``, ``GeluAndMul`` (approximate "none" or "tanh").
+- ``RotaryEmbedding`` and every subclass that keeps the base
+  ``forward_native`` (those differ only in how ``cos_sin_cache`` is built:
+  linear / dynamic NTK / YaRN / Llama-3 scaling, ...). Subclasses with their
+  own forward (MRoPE, DeepSeek YaRN, dual chunk, ...) stay on their own path.
+"""
+
+from __future__ import annotations
+
+import logging
+
+logger = logging.getLogger("kunlun_triton.sglang_plugin")
+
+_registered: dict[type, str] = {}
+
+
+def _rms_norm_forward(self, x, residual=None, post_residual_addition=None, quant_linear=None):
+    from kunlun_triton import ops
+
+    # quant_linear / fuse_input_quant only let CUDA fuse a downstream FP8
+    # quantisation; forward_native ignores it and so do we.
+    if (
+        post_residual_addition is not None
+        or x.numel() == 0
+        or self.variance_size_override is not None
+        or self.fp32_residual
+        or self.cast_x_before_out_mul
+        or self.override_orig_dtype is not None
+        or x.shape[-1] != self.hidden_size
+        or (residual is not None and (residual.dtype != x.dtype or residual.shape != x.shape))
+    ):
+        return self.forward_native(x, residual, post_residual_addition)
+    weight = self.weight.data if hasattr(self.weight, "data") else self.weight
+    if weight.device != x.device:
+        weight = weight.to(x.device)
+    if residual is None:
+        return ops.rms_norm(x, weight, self.variance_epsilon)
+    if not residual.is_contiguous():
+        residual = residual.contiguous()
+    out = ops.fused_add_rms_norm(x, residual, weight, self.variance_epsilon)
+    return out, residual
+
+
+def _silu_and_mul_forward(self, x):
+    from kunlun_triton import ops
+
+    return ops.silu_and_mul(x)
+
+
+def _gelu_and_mul_forward(self, x):
+    from kunlun_triton import ops
+
+    if self.approximate not in ("none", "tanh"):
+        return self.forward_native(x)
+    return ops.gelu_and_mul(x, approximate=self.approximate)
+
+
+def _rotary_forward(self, positions, query, key, offsets=None, fused_set_kv_buffer_arg=None):
+    from kunlun_triton import ops
+
+    from . import dev_mode
+
+    if (
+        fused_set_kv_buffer_arg is not None
+        or hasattr(self, "sin_cos_cache")
+        or key is None
+        or positions.dim() != 1
+    ):
+        return self.forward_native(positions, query, key, offsets, fused_set_kv_buffer_arg)
+    if offsets is not None:
+        positions = positions + offsets
+    cache = self.cos_sin_cache
+    if cache.device != query.device:
+        cache = self.cos_sin_cache = cache.to(query.device)
+    if cache.dtype != query.dtype:
+        cache = cache.to(query.dtype)
+    if cache.shape[-1] != self.rotary_dim:
+        return self.forward_native(positions, query, key, None, None)
+    ops.rotary_embedding(
+        positions, query, key, self.head_size, cache, bool(self.is_neox_style), check_positions=dev_mode()
+    )
+    return query, key
+
+
+def _rotary_classes():
+    """RotaryEmbedding and the subclasses whose forward is the base one."""
+    import sglang.srt.layers.rotary_embedding as rope_pkg  # noqa: F401 (defines the subclasses)
+    from sglang.srt.layers.rotary_embedding.base import RotaryEmbedding
+
+    keep = ("forward", "forward_native", "_apply_rotary_emb_wrapped", "get_cos_sin_with_position")
+    seen, todo, out = set(), [RotaryEmbedding], []
+    while todo:
+        cls = todo.pop()
+        if cls in seen:
+            continue
+        seen.add(cls)
+        todo.extend(cls.__subclasses__())
+        if all(getattr(cls, name, None) is getattr(RotaryEmbedding, name, None) for name in keep):
+            out.append(cls)
+    return out
+
+
+def register_fused_ops(dispatch_key: str) -> dict[type, str]:
+    """Register our forwards under `dispatch_key`; returns {class: op name}."""
+    from sglang.kernels.fused_op import BaseFusedOp
+    from sglang.srt.layers.activation import GeluAndMul, SiluAndMul
+    from sglang.srt.layers.layernorm import RMSNorm
+
+    table = [(RMSNorm, _rms_norm_forward, "rms_norm"), (SiluAndMul, _silu_and_mul_forward, "silu_and_mul"),
+             (GeluAndMul, _gelu_and_mul_forward, "gelu_and_mul")]  # fmt: skip
+    table += [(cls, _rotary_forward, "rotary_embedding") for cls in _rotary_classes()]
+    for cls, fn, name in table:
+        BaseFusedOp.register_oot_forward(cls, fn, dispatch_key)
+        _registered[cls] = name
+    logger.debug("kunlun-triton fused ops registered under %r: %s", dispatch_key,
+                 ", ".join(sorted(c.__name__ for c in _registered)))  # fmt: skip
+    return dict(_registered)
+
+
+def registered_fused_ops() -> dict[type, str]:
+    return dict(_registered)

@@ -1,0 +1,99 @@
+"""KV pool and paged allocator classes handed to SGLang by the platform.
+
+- ``KunlunMHATokenToKVPool``: SGLang's ``MHATokenToKVPool`` (same buffers,
+  ``[size + page_size, kv_heads, head_dim]`` per layer, slot 0 padding) whose
+  KV writes go through our ``store_kv`` kernel.
+- ``paged_allocator_cls()``: ``kunlun_triton.memory.PagedKVAllocator`` (block
+  pool with reference counts) with SGLang's allocator base class, used when
+  ``page_size > 1``. ``KUNLUN_TRITON_ALLOCATOR=sglang`` keeps SGLang's own.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import torch
+from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool
+
+
+def plain_pool(pool) -> bool:
+    """True when `pool` stores unquantized K/V in the model dtype, NHD layout."""
+    return (
+        isinstance(pool, MHATokenToKVPool)
+        and not getattr(pool, "is_quantized_kv_cache", False)
+        and getattr(pool, "store_dtype", pool.dtype) == pool.dtype
+        and getattr(pool, "kv_cache_layout", "nhd") == "nhd"
+    )
+
+
+def store_kv_into_pool(pool, layer_id: int, loc: torch.Tensor, k: torch.Tensor, v: torch.Tensor, check: bool) -> None:
+    """Write k/v [tokens, kv_heads, dim] to slots `loc` of one layer with ops.store_kv."""
+    from kunlun_triton import ops
+
+    k_buffer = pool.get_key_buffer(layer_id)
+    v_buffer = pool.get_value_buffer(layer_id)
+    heads = k_buffer.shape[1]
+    k = k.view(-1, heads, k_buffer.shape[2])
+    v = v.view(-1, heads, v_buffer.shape[2])
+    ops.store_kv(k, v, k_buffer, v_buffer, loc, check=check)
+
+
+class KunlunMHATokenToKVPool(MHATokenToKVPool):
+    """SGLang's MHA pool; plain writes run our ``store_kv`` kernel."""
+
+    def set_kv_buffer(
+        self,
+        layer,
+        loc_info,
+        cache_k,
+        cache_v,
+        k_scale=None,
+        v_scale=None,
+        layer_id_override=None,
+        dcp_kv_mask=None,
+    ):
+        from sglang.srt.mem_cache.memory_pool import unwrap_write_loc
+
+        from . import dev_mode
+
+        simple = (
+            plain_pool(self)
+            and dcp_kv_mask is None
+            and k_scale is None
+            and v_scale is None
+            and cache_k.dtype == self.dtype
+            and cache_v.dtype == self.dtype
+        )
+        if not simple:
+            return super().set_kv_buffer(
+                layer, loc_info, cache_k, cache_v, k_scale, v_scale, layer_id_override, dcp_kv_mask
+            )
+        loc, _, _ = unwrap_write_loc(loc_info)
+        layer_id = layer_id_override if layer_id_override is not None else layer.layer_id
+        store_kv_into_pool(self, layer_id, loc, cache_k, cache_v, check=dev_mode())
+
+
+@functools.lru_cache(maxsize=1)
+def _kunlun_paged_allocator():
+    from sglang.srt.mem_cache.allocator.base import BaseTokenToKVPoolAllocator
+
+    from kunlun_triton.memory import PagedKVAllocator
+
+    class KunlunPagedAllocator(PagedKVAllocator, BaseTokenToKVPoolAllocator):
+        """kunlun_triton's block pool behind SGLang's allocator interface."""
+
+        # PagedKVAllocator comes first in the MRO: its methods win; SGLang's
+        # base supplies the scheduler-facing helpers it does not define.
+
+    return KunlunPagedAllocator
+
+
+def paged_allocator_cls():
+    """Our paged allocator class, or None to keep SGLang's."""
+    if os.environ.get("KUNLUN_TRITON_ALLOCATOR", "kunlun").strip().lower() == "sglang":
+        return None
+    try:
+        return _kunlun_paged_allocator()
+    except ImportError:
+        return None

@@ -1,0 +1,197 @@
+"""The SGLang platform classes: Kunlun (device ``cuda`` through the vendor's
+torch) and the CPU development mode (Triton interpreter).
+
+Checked against SGLang 0.5.23's ``sglang/srt/platforms/interface.py`` and
+``device_mixin.py``; ``get_device`` returns a string because callers split it
+on ``:``. Kunlun is never called ``xpu`` (that string selects Intel XPU
+defaults in SGLang).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Optional
+
+import torch
+from sglang.srt.platforms.device_mixin import DeviceMixin, PlatformEnum
+from sglang.srt.platforms.interface import PlatformCapabilities, SRTPlatform
+
+from . import dev_mode
+
+logger = logging.getLogger("kunlun_triton.sglang_plugin")
+
+ATTENTION_BACKEND = "kunlun_triton"
+SAMPLING_BACKEND = "kunlun_triton"
+DISPATCH_KEY = "kunlun"
+
+
+class KunlunDeviceMixin(DeviceMixin):
+    """Kunlun cards as the vendor torch build exposes them: device ``cuda``."""
+
+    _enum = PlatformEnum.OOT
+    device_name = "kunlun"
+    device_type = "cuda"
+
+    def get_device(self, device_id: Optional[int] = None) -> str:
+        return "cuda" if device_id is None else f"cuda:{device_id}"
+
+    def set_device(self, device) -> None:
+        torch.cuda.set_device(device)
+
+    def get_device_name(self, device_id: int = 0) -> str:
+        return torch.cuda.get_device_name(device_id)
+
+    def get_device_uuid(self, device_id: int = 0) -> str:
+        props = torch.cuda.get_device_properties(device_id)
+        return str(getattr(props, "uuid", device_id))
+
+    def get_device_capability(self, device_id: int = 0):
+        return None
+
+    def get_device_total_memory(self, device_id: int = 0) -> int:
+        return int(torch.cuda.get_device_properties(device_id).total_memory)
+
+    def get_current_memory_usage(self, device=None) -> float:
+        # SGLang's contract: free = get_device_total_memory() - this.
+        free, total = torch.cuda.mem_get_info(device)
+        return float(total - free)
+
+    def get_available_memory(self, device_id: int = 0) -> tuple[int, int]:
+        free, total = torch.cuda.mem_get_info(device_id)
+        return int(free), int(total)
+
+    def empty_cache(self) -> None:
+        torch.cuda.empty_cache()
+
+    def synchronize(self) -> None:
+        torch.cuda.synchronize()
+
+    def is_pin_memory_available(self, device=None) -> bool:
+        return True
+
+    def get_torch_distributed_backend_str(self) -> str:
+        from kunlun_triton.runtime import current_target
+
+        # Kunlun's torch build registers its collective library as the
+        # backend for device "cuda"; on NVIDIA/AMD that is nccl/rccl.
+        return "nccl" if current_target().name in ("kunlun", "cuda", "hip") else "gloo"
+
+
+class KunlunDevDeviceMixin(DeviceMixin):
+    """Development mode: the host CPU stands in for the card."""
+
+    _enum = PlatformEnum.OOT
+    device_name = "kunlun"
+    device_type = "cpu"
+
+    def get_device(self, device_id: Optional[int] = None) -> str:
+        return "cpu"  # torch allows only index 0 on CPU; ranks share it
+
+    def set_device(self, device) -> None:
+        pass
+
+    def get_device_name(self, device_id: int = 0) -> str:
+        return "kunlun development mode (cpu, Triton interpreter)"
+
+    def get_device_uuid(self, device_id: int = 0) -> str:
+        import platform as _platform
+
+        return _platform.machine()
+
+    def get_device_capability(self, device_id: int = 0):
+        return None
+
+    def get_device_total_memory(self, device_id: int = 0) -> int:
+        import psutil
+
+        return int(psutil.virtual_memory().total)
+
+    def get_current_memory_usage(self, device=None) -> float:
+        import psutil
+
+        vm = psutil.virtual_memory()
+        return float(vm.total - vm.available)
+
+    def get_available_memory(self, device_id: int = 0) -> tuple[int, int]:
+        import psutil
+
+        vm = psutil.virtual_memory()
+        return int(vm.available), int(vm.total)
+
+    def get_torch_distributed_backend_str(self) -> str:
+        return "gloo"
+
+
+class _KunlunSRTPlatformBase(SRTPlatform):
+    """What both modes share: backends, pools, defaults, dtype policy."""
+
+    supported_quantization: list = []
+
+    def get_default_attention_backend(self) -> str:
+        return ATTENTION_BACKEND
+
+    def get_dispatch_key_name(self) -> str:
+        return DISPATCH_KEY
+
+    def get_kv_pool_cls(self, *, kind):
+        if kind != "mha":
+            return None
+        from .kv_pool import KunlunMHATokenToKVPool
+
+        return KunlunMHATokenToKVPool
+
+    def get_paged_allocator_cls(self):
+        from .kv_pool import paged_allocator_cls
+
+        return paged_allocator_cls()
+
+    def get_communicator_class(self):
+        try:
+            from kunlun_triton import comm
+        except ImportError:
+            return None
+        return getattr(comm, "Communicator", None)
+
+    def get_group_coordinator_device(self, local_rank: int) -> torch.device:
+        if self.device_type == "cpu":
+            return torch.device("cpu")
+        return torch.device(f"cuda:{local_rank}")
+
+    def init_backend(self) -> None:
+        from .registration import register_all
+
+        register_all()
+
+    def apply_server_args_defaults(self, server_args) -> None:
+        from .defaults import apply_defaults
+
+        apply_defaults(self, server_args)
+
+    def post_load_model(self, model) -> None:
+        from kunlun_triton.runtime import current_target
+
+        logger.info("kunlun-triton: model loaded; kernels run on target %s", current_target())
+
+
+class KunlunPlatform(KunlunDeviceMixin, _KunlunSRTPlatformBase):
+    """A Kunlun card (or a GPU, with ``KUNLUN_TRITON_TARGET=cuda|hip``)."""
+
+    # Graph capture needs a graph runner (get_graph_runner_cls); not yet.
+    capabilities = PlatformCapabilities(supports_triton=True, graph_capture=False)
+
+
+class KunlunDevPlatform(KunlunDevDeviceMixin, _KunlunSRTPlatformBase):
+    """CPU development mode. SGLang's own small Triton kernels (allocator,
+    request-table writes) stay on their torch paths: they were decorated at
+    import time, possibly before TRITON_INTERPRET was set, so they would try a
+    GPU. Ours are imported lazily, after it is set."""
+
+    capabilities = PlatformCapabilities(supports_triton=False, graph_capture=False)
+
+    def __init__(self) -> None:
+        super().__init__()
+        if not dev_mode():
+            # Selected directly by class name: make the mode consistent.
+            from . import _enter_dev_mode
+
+            _enter_dev_mode()

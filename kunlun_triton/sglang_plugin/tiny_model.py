@@ -1,0 +1,151 @@
+"""Tiny random Llama / Qwen2 checkpoints built locally, for tests and the main job.
+
+No hub access: the config is written by hand, the weights are random (seeded),
+and the tokenizer is a byte-level BPE trained with `tokenizers` on a small
+built-in corpus. Needs `transformers` and `tokenizers` (the `sglang` extra
+brings both); never imports SGLang.
+
+    python -m kunlun_triton.sglang_plugin.tiny_model /tmp/tiny-llama --arch llama
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+
+ARCHS = ("llama", "qwen2")
+
+# A ChatML-style template: enough for /v1/chat/completions and multi-turn chats.
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+SPECIAL_TOKENS = ["<unk>", "<s>", "</s>", "<|im_start|>", "<|im_end|>"]
+
+_CORPUS = """\
+The quick brown fox jumps over the lazy dog. A kernel is a small program that runs on a device.
+Triton compiles kernels for GPUs and for Kunlun XPUs. SGLang serves large language models.
+The radix cache shares the prefix of prompts that begin with the same tokens.
+Once upon a time there was a little model that learned to count: one two three four five six.
+Attention reads keys and values from a paged cache; each page holds a few tokens.
+Hello, how are you today? I am fine, thank you. What is the capital of France? Paris.
+Tell me a story about a cat and a dog who lived in a small house near the river.
+Numbers: 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25.
+The weather is sunny, the sky is blue, the grass is green and the sea is deep.
+user assistant system: you are a helpful assistant. Please answer briefly.
+"""
+
+
+def _corpus_lines(repeat: int = 20) -> list[str]:
+    lines = [line for line in _CORPUS.splitlines() if line.strip()]
+    return lines * repeat
+
+
+def train_tokenizer(out_dir: Path, vocab_size: int = 512):
+    """Train a byte-level BPE on the built-in corpus; save it HF-style."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(_corpus_lines(), trainer=trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        unk_token="<unk>",
+        bos_token="<s>",
+        eos_token="<|im_end|>",
+        pad_token="</s>",
+    )
+    fast.chat_template = CHAT_TEMPLATE
+    fast.save_pretrained(str(out_dir))
+    return fast
+
+
+def _config(arch: str, vocab_size: int, tokenizer):
+    from transformers import LlamaConfig, Qwen2Config
+
+    common = dict(
+        vocab_size=vocab_size,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,  # GQA: two query heads per KV head
+        max_position_embeddings=1024,
+        rms_norm_eps=1e-6,
+        rope_theta=10000.0,
+        initializer_range=0.3,  # peaked logits: greedy ties are unlikely
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        dtype="float32",
+    )
+    if arch == "llama":
+        return LlamaConfig(tie_word_embeddings=False, attention_bias=False, **common)
+    return Qwen2Config(tie_word_embeddings=True, use_sliding_window=False, **common)
+
+
+def build_tiny_model(out_dir, arch: str = "llama", seed: int = 0, overwrite: bool = False) -> Path:
+    """Write a tiny random `arch` checkpoint with its tokenizer to `out_dir`.
+
+    Returns the directory. An existing complete checkpoint is kept unless
+    `overwrite`. Deterministic for a given seed.
+    """
+    if arch not in ARCHS:
+        raise ValueError(f"arch must be one of {ARCHS}, got {arch!r}")
+    out = Path(out_dir)
+    marker = out / "kunlun_tiny_model.json"
+    if marker.exists() and not overwrite:
+        return out
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    out.mkdir(parents=True, exist_ok=True)
+    tokenizer = train_tokenizer(out)
+    config = _config(arch, len(tokenizer), tokenizer)
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight") or "layernorm" in name:
+                p.uniform_(0.8, 1.2)  # non-trivial norm weights, still stable
+            elif name.endswith("bias"):
+                p.normal_(0.0, 0.1)
+    model.generation_config.do_sample = False
+    model.save_pretrained(str(out), safe_serialization=True)
+    marker.write_text(json.dumps({"arch": arch, "seed": seed, "vocab_size": len(tokenizer)}))
+    return out
+
+
+def default_model_dir(arch: str = "llama") -> Path:
+    root = os.environ.get("KUNLUN_TRITON_TINY_MODEL_DIR") or os.path.join(
+        os.path.expanduser("~"), ".cache", "kunlun_triton", "tiny_models"
+    )
+    return Path(root) / f"tiny-{arch}"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out_dir", nargs="?", help="where to write (default: ~/.cache/kunlun_triton/tiny_models/tiny-ARCH)")
+    parser.add_argument("--arch", choices=ARCHS, default="llama")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--overwrite", action="store_true")
+    args = parser.parse_args(argv)
+    out = build_tiny_model(args.out_dir or default_model_dir(args.arch), args.arch, args.seed, args.overwrite)
+    print(out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
