@@ -1,7 +1,6 @@
 """Our kernels against SGLang's own Triton decode and extend kernels on the
 same inputs. Collected only where SGLang is installed (see tests/conftest.py)."""
 
-
 import pytest
 import torch
 
