@@ -62,6 +62,13 @@ def use_triton(op: str, *tensors) -> bool:
     return impl == "triton"
 
 
+def record_dispatch(op: str, impl: str, reason: str) -> None:
+    """Record one call of `op` that ran through `impl` outside ``use_triton``
+    (e.g. SGLang's collectives through ``kunlun_triton.comm``), so the
+    dispatch report shows it next to the kernels."""
+    _record(op, impl, reason)
+
+
 def _record(op: str, impl: str, reason: str) -> None:
     with _lock:
         entry = _report.setdefault(op, {"impl": impl, "reason": reason, "calls": defaultdict(int)})

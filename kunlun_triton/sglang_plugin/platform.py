@@ -146,11 +146,11 @@ class _KunlunSRTPlatformBase(SRTPlatform):
         return paged_allocator_cls()
 
     def get_communicator_class(self):
-        try:
-            from kunlun_triton import comm
-        except ImportError:
-            return None
-        return getattr(comm, "Communicator", None)
+        # SGLang 0.5.23 never calls this; the collectives reach our
+        # communicator through the GroupCoordinator hooks (collectives.py).
+        from kunlun_triton.comm import TPCommunicator
+
+        return TPCommunicator
 
     def get_group_coordinator_device(self, local_rank: int) -> torch.device:
         if self.device_type == "cpu":
@@ -158,9 +158,13 @@ class _KunlunSRTPlatformBase(SRTPlatform):
         return torch.device(f"cuda:{local_rank}")
 
     def init_backend(self) -> None:
+        from .collectives import install_collective_hooks
         from .registration import register_all
 
         register_all()
+        # Only here, on the active kunlun platform: the general plugin also
+        # runs under other platforms, whose collectives must stay theirs.
+        install_collective_hooks()
 
     def apply_server_args_defaults(self, server_args) -> None:
         from .defaults import apply_defaults

@@ -1,9 +1,16 @@
 """``kunlun-triton serve ...``: SGLang's HTTP server on the kunlun platform.
 
 Every argument goes to ``sglang.launch_server`` unchanged; the platform is
-selected (``SGLANG_PLATFORM=kunlun``), the target and the dispatch policy are
-printed at start, and ``--model-path tiny-llama`` / ``tiny-qwen2`` builds and
-serves a tiny random model (no hub access needed).
+selected (``SGLANG_PLATFORM=kunlun``) and ``--model-path tiny-llama`` /
+``tiny-qwen2`` builds and serves a tiny random model (no hub access needed).
+
+At start it prints the plan: the target, and which of our ops each SGLang
+layer is routed to (attention backend, sampler, fused ops, collectives),
+from the arguments. The dispatch report of this process would be empty (the
+kernels run in the scheduler processes), so once the server has run a request
+(SGLang's warmup is one) it prints the tp-rank-0 scheduler's real report,
+fetched from ``GET /server_info`` (``internal_states[*]["kunlun_triton"]``,
+added by our hook on ``Scheduler.get_internal_state``, see report.py).
 
     kunlun-triton serve --model-path /models/Qwen2-7B --port 30000
     kunlun-triton serve --model-path tiny-llama --host 127.0.0.1 --port 30000
@@ -38,20 +45,108 @@ def _resolve_tiny(argv: list[str]) -> list[str]:
     return argv
 
 
-def banner() -> str:
-    from kunlun_triton import current_target, dispatch_report
+# Which of our ops each SGLang layer reaches (attention.py, sampler.py,
+# fused_ops.py, collectives.py).
+ATTENTION_OPS = "decode_attention, extend_attention, store_kv"
+SAMPLING_OPS = "greedy, sample"
+COLLECTIVES = "all_reduce, all_gather, reduce_scatter, broadcast"
+
+
+def _kernels_or_references() -> str:
+    from kunlun_triton.runtime import current_target
+    from kunlun_triton.runtime.dispatch import forced_backend
+
+    target = current_target()
+    if forced_backend() == "torch":
+        return "torch references (KUNLUN_TRITON_BACKEND=torch)"
+    return "Triton kernels" if target.is_triton else f"torch references ({target.reason})"
+
+
+def _route(flag: str, chosen, ours: str, ops: str) -> str:
+    if chosen in (None, ours):
+        how = "platform default" if chosen is None else f"--{flag}"
+        return f"{ours} ({how}) -> {ops}"
+    return f"{chosen} (--{flag}): SGLang's own, not ours"
+
+
+def plan(server_args) -> str:
+    """What the server will run, from the arguments: the launching process
+    runs no op itself (the schedulers do), so its dispatch report is empty."""
+    from kunlun_triton import current_target
+    from kunlun_triton.runtime import capabilities
 
     from . import SUPPORTED_SGLANG_VERSIONS, dev_mode, sglang_version
+    from .fused_ops import registered_fused_ops
+    from .platform import ATTENTION_BACKEND, DISPATCH_KEY, SAMPLING_BACKEND
 
+    fused: dict[str, list[str]] = {}
+    for cls, op in registered_fused_ops().items():
+        fused.setdefault(op, []).append(cls.__name__)
+    fused_line = "; ".join(f"{', '.join(sorted(c))} -> {op}" for op, c in sorted(fused.items()))
+    tp = int(getattr(server_args, "tp_size", 1) or 1)
     lines = [
         f"kunlun-triton serve: SGLang {sglang_version()} (supported: {', '.join(SUPPORTED_SGLANG_VERSIONS)})",
-        f"  platform: kunlun ({'development mode: CPU + Triton interpreter' if dev_mode() else 'device'})",
-        f"  target:   {current_target()}",
-        f"  backend:  KUNLUN_TRITON_BACKEND={os.environ.get('KUNLUN_TRITON_BACKEND', 'auto')}",
-        f"  dispatch report so far (this process): {dispatch_report() or 'no op has run yet'}",
-        "  the scheduler's report: kunlun_triton.sglang_plugin.report.engine_dispatch_report(engine)",
+        f"  platform:    kunlun ({'development mode: CPU + Triton interpreter' if dev_mode() else 'device'})",
+        f"  target:      {current_target()}",
+        f"  our ops run: {_kernels_or_references()}"
+        f" (KUNLUN_TRITON_BACKEND={os.environ.get('KUNLUN_TRITON_BACKEND', 'auto')})",
+        "  plan (the launching process runs no op; the schedulers' report follows once the server is up):",
+        "    attention:   " + _route("attention-backend", server_args.attention_backend, ATTENTION_BACKEND, ATTENTION_OPS),
+        "    sampling:    " + _route("sampling-backend", server_args.sampling_backend, SAMPLING_BACKEND, SAMPLING_OPS),
+        f"    fused ops:   (dispatch key {DISPATCH_KEY}) {fused_line or 'none registered'}",
+        "    collectives: "
+        + (f"GroupCoordinator {COLLECTIVES} -> kunlun_triton.comm TPCommunicator (tp_size {tp})" if tp > 1
+           else "none (tp_size 1)"),  # fmt: skip
     ]
+    if not capabilities().bf16_complete:
+        lines.append("    dtype:       bf16 is incomplete on this target: a bf16 model runs in float16")
     return "\n".join(lines)
+
+
+def format_report(rep: dict) -> str:
+    """One line per op of a scheduler's report: impl, calls per impl."""
+    lines = [f"kunlun-triton: scheduler dispatch report (tp rank {rep.get('tp_rank', 0)}, "
+             f"pid {rep.get('pid')}, target {rep.get('target')}):"]  # fmt: skip
+    for op, e in sorted((rep.get("ops") or {}).items()):
+        calls = ", ".join(f"{k}={v}" for k, v in sorted(e.get("calls", {}).items()))
+        lines.append(f"    {op:20s} {e.get('impl')}  [{calls}]  {e.get('reason', '')}")
+    return "\n".join(lines)
+
+
+def fetch_scheduler_report(base_url: str, api_key=None, timeout_s: float = 30) -> dict | None:
+    """The tp-rank-0 scheduler's report from ``GET /server_info`` (the
+    ``kunlun_triton`` entry our hook adds to its internal state), or None."""
+    import json
+    import urllib.request
+
+    req = urllib.request.Request(f"{base_url}/server_info")
+    if api_key:
+        req.add_header("Authorization", f"Bearer {api_key}")
+    with urllib.request.urlopen(req, timeout=timeout_s) as r:
+        info = json.load(r)
+    for state in info.get("internal_states") or []:
+        if isinstance(state, dict) and state.get("kunlun_triton"):
+            return state["kunlun_triton"]
+    return None
+
+
+def _print_report_when_up(server_args, poll_s: float = 5.0, give_up_s: float = 3600.0) -> None:
+    """Daemon thread: once a request has run (SGLang's own warmup is one),
+    print the scheduler's real dispatch report, once."""
+    import time
+
+    host = server_args.host if server_args.host not in ("0.0.0.0", "::", "", None) else "127.0.0.1"
+    base = f"http://{host}:{server_args.port}"
+    deadline = time.time() + give_up_s
+    while time.time() < deadline:
+        try:
+            rep = fetch_scheduler_report(base, getattr(server_args, "api_key", None))
+        except (OSError, ValueError):
+            rep = None  # not listening yet
+        if rep is not None and rep.get("ops"):
+            print(format_report(rep), flush=True)
+            return
+        time.sleep(poll_s)
 
 
 def serve_main(argv=None) -> int:
@@ -70,12 +165,15 @@ def serve_main(argv=None) -> int:
     from sglang.srt.plugins import load_plugins
 
     load_plugins()
-    print(banner(), flush=True)
+    import threading
+
     from sglang.launch_server import run_server
     from sglang.srt.server_args import prepare_server_args
     from sglang.srt.utils import kill_process_tree
 
     server_args = prepare_server_args(argv)
+    print(plan(server_args), flush=True)
+    threading.Thread(target=_print_report_when_up, args=(server_args,), daemon=True).start()
     try:
         run_server(server_args)
     finally:

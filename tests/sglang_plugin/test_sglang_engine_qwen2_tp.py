@@ -1,6 +1,11 @@
 """A tiny random Qwen2 (GQA, tied embeddings, qkv bias) on the kunlun platform:
 greedy output equals HF transformers with one rank and with tensor
-parallelism over two CPU processes (gloo), heads split across the ranks."""
+parallelism over two CPU processes (gloo), heads split across the ranks, and
+with two ranks the model's all-reduce (row-parallel linears, vocab-parallel
+embedding) and all-gather (vocab-parallel logits) ran through our
+communicator, as each scheduler's dispatch report shows.
+
+One engine per tp_size for the module (engine start is about a minute)."""
 
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ import pytest
 from kt_sglang_support import output_ids, start_engine
 
 NEW = 6
+COMM = "kunlun_triton.comm"
 
 
 def _prompts(hf):
@@ -20,21 +26,49 @@ def _prompts(hf):
     ]
 
 
-@pytest.mark.parametrize("tp_size", [1, 2])
-def test_qwen2_greedy_matches_hf(tiny_qwen2, hf_qwen2, tp_size):
+@pytest.fixture(scope="module", params=[1, 2], ids=lambda n: f"tp{n}")
+def engine(request, tiny_qwen2):
+    tp_size = request.param
     if tp_size > 1:
+        # Both ranks share the 2 CPU cores of a small machine; bind each to core 0.
         os.environ.setdefault("SGLANG_CPU_OMP_THREADS_BIND", "|".join(["0"] * tp_size))
-    prompts = _prompts(hf_qwen2)
-    expected = [hf_qwen2.greedy(p, NEW) for p in prompts]
-    engine = start_engine(tiny_qwen2, tp_size=tp_size)
-    try:
-        outs = engine.generate(input_ids=prompts, sampling_params={"max_new_tokens": NEW, "temperature": 0.0, "ignore_eos": True})
-        assert [output_ids(o) for o in outs] == expected
-        from kunlun_triton.sglang_plugin.report import engine_dispatch_report
+    eng = start_engine(tiny_qwen2, tp_size=tp_size)
+    eng.kt_tp_size = tp_size
+    yield eng
+    eng.shutdown()
 
-        reports = engine_dispatch_report(engine)
-        assert sorted(reports) == list(range(tp_size))
-        for rep in reports.values():
-            assert rep["ops"]["decode_attention"]["impl"] == "triton"
-    finally:
-        engine.shutdown()
+
+@pytest.fixture(scope="module")
+def expected(hf_qwen2):
+    return [hf_qwen2.greedy(p, NEW) for p in _prompts(hf_qwen2)]
+
+
+def test_qwen2_greedy_matches_hf(engine, hf_qwen2, expected):
+    outs = engine.generate(
+        input_ids=_prompts(hf_qwen2), sampling_params={"max_new_tokens": NEW, "temperature": 0.0, "ignore_eos": True}
+    )
+    assert [output_ids(o) for o in outs] == expected
+
+
+def test_dispatch_report_per_rank(engine, hf_qwen2):
+    from kunlun_triton.sglang_plugin.report import engine_dispatch_report
+
+    # Self-contained: a short generation (prefill + decode) before reading.
+    engine.generate(input_ids=_prompts(hf_qwen2)[0], sampling_params={"max_new_tokens": 2, "temperature": 0.0})
+    reports = engine_dispatch_report(engine)
+    assert sorted(reports) == list(range(engine.kt_tp_size))
+    assert len({rep["pid"] for rep in reports.values()}) == engine.kt_tp_size  # one process per rank
+    for rep in reports.values():
+        ops = rep["ops"]
+        assert ops["decode_attention"]["impl"] == "triton"
+        if engine.kt_tp_size == 1:
+            # A single rank has nothing to reduce: SGLang skips the collective.
+            assert "all_reduce" not in ops
+            continue
+        for op in ("all_reduce", "all_gather"):
+            assert op in ops, f"{op} never went through our communicator: {sorted(ops)}"
+            assert set(ops[op]["calls"]) == {COMM}, (op, ops[op])
+            assert ops[op]["reason"].startswith("TPCommunicator on SGLang group"), ops[op]
+        # Two all-reduces per layer and one for the embedding, every forward:
+        # far more than the all-gathers (one per forward, the logits).
+        assert ops["all_reduce"]["calls"][COMM] > ops["all_gather"]["calls"][COMM] > 0

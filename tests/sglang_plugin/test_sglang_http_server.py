@@ -1,7 +1,9 @@
 """The HTTP server on the kunlun platform (``kunlun-triton serve``, i.e.
 ``serve_main``), asked through the OpenAI client as an operator would, on
 127.0.0.1 only. The answer equals HF transformers' greedy continuation of the
-chat-templated conversation."""
+chat-templated conversation. At start serve prints the plan (target, which of
+our ops each layer reaches), then the scheduler's real dispatch report, which
+``GET /server_info`` also carries."""
 
 from __future__ import annotations
 
@@ -23,20 +25,26 @@ def _free_port():
 
 
 @pytest.fixture(scope="module")
-def server(tiny_llama):
+def server_log(tmp_path_factory):
+    return tmp_path_factory.mktemp("serve") / "serve.log"
+
+
+@pytest.fixture(scope="module")
+def server(tiny_llama, server_log):
     port = _free_port()
     env = dict(os.environ, SGLANG_PLATFORM="kunlun")
     cmd = [sys.executable, "-m", "kunlun_triton.sglang_plugin.serve", "--model-path", tiny_llama,
            "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32", "--max-total-tokens", "2048",
            "--max-running-requests", "4", "--random-seed", "0", "--log-level", "error"]  # fmt: skip
-    proc = subprocess.Popen(cmd, env=env, cwd="/", stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    log = open(server_log, "w")  # a file, not a pipe: nobody drains a pipe while it serves
+    proc = subprocess.Popen(cmd, env=env, cwd="/", stdout=log, stderr=subprocess.STDOUT, text=True)
     import urllib.request
 
     base = f"http://127.0.0.1:{port}"
     deadline = time.time() + 600
     while time.time() < deadline:
         if proc.poll() is not None:
-            pytest.fail(f"server exited with {proc.returncode}:\n{proc.stdout.read()[-5000:]}")
+            pytest.fail(f"server exited with {proc.returncode}:\n{server_log.read_text()[-5000:]}")
         try:
             with urllib.request.urlopen(f"{base}/health_generate", timeout=60) as r:
                 if r.status == 200:
@@ -52,6 +60,7 @@ def server(tiny_llama):
         proc.wait(timeout=60)
     except subprocess.TimeoutExpired:
         proc.kill()
+    log.close()
 
 
 def test_chat_completions_through_openai_client(server, hf_llama):
@@ -65,3 +74,27 @@ def test_chat_completions_through_openai_client(server, hf_llama):
     if eos in ids:
         ids = ids[: ids.index(eos)]
     assert reply.choices[0].message.content == hf_llama.tokenizer.decode(ids, skip_special_tokens=True)
+
+
+def test_server_info_carries_the_scheduler_dispatch_report(server):
+    from kunlun_triton.sglang_plugin.serve import fetch_scheduler_report
+
+    rep = fetch_scheduler_report(server)
+    assert rep is not None and rep["target"] == "interpreter" and rep["tp_rank"] == 0
+    for op in ("extend_attention", "store_kv", "rms_norm", "silu_and_mul", "rotary_embedding"):
+        assert rep["ops"][op]["impl"] == "triton", (op, rep["ops"].get(op))
+
+
+def test_serve_prints_the_plan_then_the_scheduler_report(server, server_log):
+    deadline = time.time() + 120  # the report thread polls every 5 s
+    while "scheduler dispatch report" not in server_log.read_text() and time.time() < deadline:
+        time.sleep(2)
+    text = server_log.read_text()
+    assert "target:      interpreter" in text
+    assert "our ops run: Triton kernels" in text
+    assert "attention:   kunlun_triton (platform default) -> decode_attention, extend_attention, store_kv" in text
+    assert "sampling:    kunlun_triton (platform default) -> greedy, sample" in text
+    assert "RMSNorm -> rms_norm" in text and "SiluAndMul -> silu_and_mul" in text
+    assert "collectives: none (tp_size 1)" in text
+    report = text[text.index("scheduler dispatch report"):]
+    assert "extend_attention" in report and "triton" in report
