@@ -16,7 +16,10 @@ builds have no bf16 gloo reduction at all.
 
 A peer that never arrives makes the collective fail after the group's
 timeout with ``CollectiveTimeout`` naming the collective, the group, the
-rank and the backend, instead of hanging.
+rank and the backend, instead of hanging. That host-side wait is gloo's
+only: on device backends it would stall the host on every collective, so
+there the process group's own timeout (set by `init_tp_group`) and its
+watchdog end a hang.
 """
 
 from __future__ import annotations
@@ -164,7 +167,15 @@ class TPCommunicator:
         """Start the collective and wait for it with the group's timeout."""
         try:
             work = start()
-            if work is not None and not work.wait(timeout=datetime.timedelta(seconds=self.timeout_s)):
+            if work is None:
+                return
+            if self.backend != "gloo":
+                # Device backends (nccl, Kunlun's): a plain wait only orders the
+                # current stream after the collective. A host-side timeout would
+                # synchronise the CPU with the device on every call, so hangs are
+                # left to the process group's own timeout (its watchdog).
+                work.wait()
+            elif not work.wait(timeout=datetime.timedelta(seconds=self.timeout_s)):
                 raise CollectiveTimeout(self._message(collective, "did not complete"))
         except CollectiveError:
             raise
