@@ -21,6 +21,7 @@ _EXPORTS = {
     "top_k_renorm_probs": "sampling",
     "top_p_renorm_probs": "sampling",
     "min_p_renorm_probs": "sampling",
+    "renorm_probs": "sampling",
 }
 
 __all__ = sorted(_EXPORTS)
