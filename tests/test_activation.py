@@ -10,24 +10,8 @@ from hypothesis import strategies as st
 import kunlun_triton
 from kunlun_triton.ops import activation as activation_ops
 from kunlun_triton.ops import gelu_and_mul, silu_and_mul
-from kunlun_triton.runtime import Target
 from kunlun_triton.testing import KernelSpec, assert_close, assert_lowers, strategies
-
-
-# Each shipped target's tiles, run here under the interpreter: a config that
-# breaks the kernel's maths (ragged tiles, head splits) fails on this machine,
-# not first on the card. Target "torch" has no file of its own: default.yaml.
-SHIPPED_TARGETS = [
-    Target("cuda", "sm_90", "cuda", "test"),
-    Target("hip", "gfx942", "cuda", "test"),
-    Target("kunlun", "p800", "cuda", "test"),
-    Target("torch", "cpu", "cpu", "test"),
-]
-
-
-def use_configs_of(monkeypatch, op_module, target):
-    real = op_module.get_config
-    monkeypatch.setattr(op_module, "get_config", lambda op, **shape: real(op, target=target, **shape))
+from kunlun_triton.testing.targets import SHIPPED_TARGETS, target_id, use_configs_of
 
 
 def oracle(x, activation):
@@ -131,7 +115,7 @@ def test_kernels_lower_for_cuda_and_hip():
     assert_lowers(specs)
 
 
-@pytest.mark.parametrize("target", SHIPPED_TARGETS, ids=lambda t: f"{t.name}-{t.arch}")
+@pytest.mark.parametrize("target", SHIPPED_TARGETS, ids=target_id)
 def test_shipped_configs_of_every_target(target, monkeypatch):
     use_configs_of(monkeypatch, activation_ops, target)
     for rows, half in ((1, 5120), (70, 96), (9, 2500)):

@@ -2,7 +2,6 @@
 
 import types
 
-import pytest
 import torch
 
 from kunlun_triton import cli

@@ -13,24 +13,8 @@ from hypothesis import strategies as st
 import kunlun_triton
 from kunlun_triton.ops import rope as rope_ops
 from kunlun_triton.ops import rotary_embedding
-from kunlun_triton.runtime import Target
 from kunlun_triton.testing import KernelSpec, assert_close, assert_lowers, strategies
-
-
-# Each shipped target's tiles, run here under the interpreter: a config that
-# breaks the kernel's maths (ragged tiles, head splits) fails on this machine,
-# not first on the card. Target "torch" has no file of its own: default.yaml.
-SHIPPED_TARGETS = [
-    Target("cuda", "sm_90", "cuda", "test"),
-    Target("hip", "gfx942", "cuda", "test"),
-    Target("kunlun", "p800", "cuda", "test"),
-    Target("torch", "cpu", "cpu", "test"),
-]
-
-
-def use_configs_of(monkeypatch, op_module, target):
-    real = op_module.get_config
-    monkeypatch.setattr(op_module, "get_config", lambda op, **shape: real(op, target=target, **shape))
+from kunlun_triton.testing.targets import SHIPPED_TARGETS, target_id, use_configs_of
 
 MAX_POSITION = 64
 
@@ -225,7 +209,7 @@ def test_kernel_lowers_for_cuda_and_hip():
     assert_lowers(specs)
 
 
-@pytest.mark.parametrize("target", SHIPPED_TARGETS, ids=lambda t: f"{t.name}-{t.arch}")
+@pytest.mark.parametrize("target", SHIPPED_TARGETS, ids=target_id)
 def test_shipped_configs_of_every_target(target, monkeypatch):
     use_configs_of(monkeypatch, rope_ops, target)
     cache = make_cache(64, torch.float16)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import torch
 import triton
 
 from ..kernels.attention.store_kv import store_kv_kernel

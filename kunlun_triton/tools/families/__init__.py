@@ -36,3 +36,17 @@ def family_modules() -> dict:
         for info in pkgutil.iter_modules(__path__)
         if not info.name.startswith("_")
     }
+
+
+def sglang_baseline(name: str):
+    """``kunlun_triton.sglang_plugin.baselines.<name>`` (SGLang's own kernels
+    behind a thin adapter), or None where SGLang is absent or does not import:
+    the bench then simply has no ``sglang`` column."""
+    import importlib.util
+
+    if importlib.util.find_spec("sglang") is None:
+        return None
+    try:
+        return importlib.import_module(f"kunlun_triton.sglang_plugin.baselines.{name}")
+    except Exception:  # an SGLang that does not import is treated as absent
+        return None

@@ -14,7 +14,6 @@ it), "torch" (the reference, only where it is affordable) and "sglang"
 from __future__ import annotations
 
 import functools
-import importlib.util
 
 import torch
 
@@ -24,6 +23,7 @@ from ...runtime import run_dtype
 from ...testing.paged import decode_batch, extend_batch
 from ..checks import BenchCase, OpCheck
 from ..presets import shape_values
+from . import sglang_baseline
 
 FAMILY = "attention"
 TORCH_REFERENCE_MAX_TOKENS = 64 * 1024  # the per-request python loop is slow beyond this
@@ -74,16 +74,6 @@ def doctor_checks(device) -> list[OpCheck]:
     return checks
 
 
-def _sglang():
-    if importlib.util.find_spec("sglang") is None:
-        return None
-    try:
-        from ...sglang_plugin.baselines import attention
-    except Exception:  # an sglang that does not import is treated as absent
-        return None
-    return attention
-
-
 @functools.lru_cache(maxsize=2)
 def _pool(device: str, dtype: torch.dtype, slots: int, kv_heads: int, head_dim: int):
     gen = torch.Generator(device=device).manual_seed(0)
@@ -116,7 +106,7 @@ def bench_cases(preset, args):
     prefixes = shape_values(args, "prefix_len", [0, 64] if quick else [0, 4096])
     extends = shape_values(args, "extend_len", [32] if quick else [512, 2048])
     pool_slots = max(max(batches) * max(contexts), max(ext_batches) * max(prefixes), 1)
-    sglang = _sglang()
+    sglang = sglang_baseline("attention")
     sm_scale = head_dim**-0.5
     gen = torch.Generator(device=device).manual_seed(1)
 

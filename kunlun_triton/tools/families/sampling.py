@@ -17,7 +17,6 @@ of the logits (the ideal), so GB/s says how far from one pass a call is.
 
 from __future__ import annotations
 
-import importlib.util
 
 import torch
 
@@ -26,6 +25,7 @@ from ...reference import sampling as reference
 from ...runtime import current_target
 from ..checks import BenchCase, OpCheck
 from ..presets import shape_values
+from . import sglang_baseline
 from ._lazy import LazyInputs
 
 FAMILY = "sampling"
@@ -106,16 +106,6 @@ def doctor_checks(device) -> list[OpCheck]:
     return checks
 
 
-def _sglang():
-    if importlib.util.find_spec("sglang") is None:
-        return None
-    try:
-        from ...sglang_plugin.baselines import sampling
-    except Exception:  # an sglang that does not import is treated as absent
-        return None
-    return sampling
-
-
 def _make_inputs(batch, vocab, device):
     gen = torch.Generator().manual_seed(batch * 7 + vocab)
     logits = (2 * torch.randn(batch, vocab, generator=gen)).to(device)
@@ -132,7 +122,7 @@ def _make_inputs(batch, vocab, device):
 def bench_cases(preset, args):
     device = current_target().device_type
     quick = getattr(args, "quick", False)
-    sglang = _sglang()
+    sglang = sglang_baseline("sampling")
     default_vocabs = [1000] if quick else sorted({32000, 128256, 151936, preset.vocab_size})
     for vocab in shape_values(args, "vocab", default_vocabs):
         for batch in shape_values(args, "batch", [4] if quick else [1, 16, 64, 256]):
