@@ -120,13 +120,24 @@ def dev_mode() -> bool:
 
 
 def register() -> None:
-    """Entry point of ``sglang.srt.plugins``: register backends and fused ops."""
-    check_sglang_version()
+    """Entry point of ``sglang.srt.plugins``: register backends and fused ops.
+
+    General plugins run in every SGLang process, whichever platform is
+    active: where ours is not (no card, SGLANG_PLATFORM unset), an SGLang
+    version we do not support is no reason to break SGLang, so we step aside.
+    """
+    from kunlun_triton.runtime import detect_target
+
+    try:
+        check_sglang_version()
+    except UnsupportedSGLangVersion:
+        if _selected() or detect_target().name == "kunlun":
+            raise
+        logger.debug("kunlun-triton: unsupported SGLang and platform not selected; not registering")
+        return
     import sglang  # noqa: F401  (import SGLang fully before our modules that use it)
 
     if _selected() and not _gpu_target_forced():
-        from kunlun_triton.runtime import detect_target
-
         if detect_target().name != "kunlun":
             # Before any of our kernels is imported: Triton decides at
             # @triton.jit time whether a kernel runs in the interpreter.

@@ -65,3 +65,24 @@ print(type(current_platform).__name__, current_platform.get_device(None), curren
     done = _run(code, SGLANG_PLATFORM="kunlun")
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split()[-3:] == ["KunlunDevPlatform", "cpu", "True"]
+
+
+REGISTER_WITH_OLD_SGLANG = """
+import kunlun_triton.sglang_plugin as plugin
+plugin.sglang_version = lambda: "0.4.0"
+try:
+    plugin.register()
+    print("registered-or-stepped-aside")
+except plugin.UnsupportedSGLangVersion as exc:
+    print("refused:", exc)
+"""
+
+
+def test_unsupported_sglang_breaks_nothing_unless_our_platform_is_selected():
+    """The general plugin runs under every platform: on a machine that does
+    not use ours it must not fail SGLang over a version we do not support."""
+    done = _run(REGISTER_WITH_OLD_SGLANG)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "registered-or-stepped-aside"
+    done = _run(REGISTER_WITH_OLD_SGLANG, SGLANG_PLATFORM="kunlun")
+    assert "refused: kunlun-triton's SGLang plugin supports SGLang 0.5.23, found 0.4.0" in done.stdout
