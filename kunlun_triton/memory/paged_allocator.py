@@ -44,7 +44,7 @@ import numpy as np
 import torch
 
 from ..runtime.log import logger
-from .block_pool import BlockPool, PoolStats
+from .block_pool import BlockPool, PoolError, PoolStats
 
 
 class PagedKVAllocator:
@@ -61,6 +61,7 @@ class PagedKVAllocator:
         self.need_sort = need_sort
         self.num_pages = self.size // self.page_size
         self.pool = BlockPool(self.num_pages, self.page_size, device=device, checked=checked)
+        self._on_cpu = self.pool.device.type == "cpu"  # host index arrays need no copy
         self.sizing = None  # set by from_memory_fraction
         self.clear()
 
@@ -157,15 +158,17 @@ class PagedKVAllocator:
             otherwise:                  slot = new_page[i, pos//ps - ceil(prefix/ps)] * ps + pos % ps
 
         Per-request numbers come from the ``_cpu`` copies (numpy: no device
-        launch, no sync); the per-token work is a dozen tensor ops.
+        launch, no sync); the device work is a take and one or two tensor ops.
         """
         ps = self.page_size
+        # numpy ufuncs and methods, not np.cumsum/np.repeat/np.array_equal:
+        # those wrappers cost 4 us each here vs 0.6 us for np.add.accumulate.
         prefix = prefix_lens_cpu.numpy().astype(np.int64, copy=False)
         seq = seq_lens_cpu.numpy().astype(np.int64, copy=False)
-        prefix_pages = -(-prefix // ps)
-        new_per_req = -(-seq // ps) - prefix_pages
+        prefix_pages = (prefix + (ps - 1)) // ps  # pages the prefix touches
+        new_per_req = (seq + (ps - 1)) // ps - prefix_pages
         if num_new_pages is None:
-            num_new_pages = int(new_per_req.sum())
+            num_new_pages = int(np.add.reduce(new_per_req))
         pages = self.pool.take(num_new_pages)
         if pages is None:
             return None
@@ -174,47 +177,73 @@ class PagedKVAllocator:
         try:
             return self._extend_slots(pages, prefix, seq, prefix_pages, new_per_req, last_loc, extend_num_tokens)
         except Exception:
-            self.pool.release(pages.clone(), counted=True)  # a bad argument must not leak pages
+            self.pool.release(pages.clone(), counted=True, distinct=True)  # a bad argument must not leak pages
             raise
 
     def _extend_slots(self, pages, prefix, seq, prefix_pages, new_per_req, last_loc, num_tokens):
-        """Gather every slot from one small table on the device:
-        ``candidates = [new pages..., each request's partial page]`` times
-        ``page_size``, indexed by ``row * page_size + pos % page_size`` where
-        the row is the request's partial page while ``pos`` is still on it,
-        else its next new page. Rows and offsets depend only on the lengths,
-        so they are computed on the host (numpy) and sent as one index."""
+        """Every slot is one gather from a small table on the device: the new
+        pages' slots (``pages[j] * ps + 0..ps-1``), then one row per request
+        continuing its partial page (``last_loc[i] + 1 + 0..ps-1``). Request
+        ``i`` reads ``c_i`` slots of its partial row, then ``extend_i - c_i``
+        consecutive new-page slots from its first new page on; the flat index
+        is two runs per request, built on the host from the CPU lengths
+        (3 per-token numpy ops). A batch of one request without a partial
+        page is the table's head, no gather.
+
+        Measured (1 thread, page 16, serving trace: 1-2 requests, ~1.9k
+        tokens, median per call): the first version (~12 per-token numpy ops,
+        div, cat, ``t[idx]``) 246 us, this one 103 us, SGLang's torch path
+        594 us. ``index_select`` gathers 1.9k slots in 5 us, ``t[idx]`` in
+        21 us; numpy ufuncs and methods, not np.cumsum/np.repeat/
+        np.array_equal, whose Python wrappers cost ~4 us each vs 0.6 us for
+        np.add.accumulate."""
         ps = self.page_size
-        device = self.pool.device
-        bs = prefix.size
+        offsets = self.pool._page_offsets
         extend = seq - prefix
-        first_new = np.cumsum(new_per_req) - new_per_req  # request's first page in `pages`
-        per_req = np.stack((prefix - (np.cumsum(extend) - extend), first_new - prefix_pages, np.arange(bs)), axis=1)
-        per_tok = np.repeat(per_req, extend, axis=0)
-        pos = np.arange(num_tokens) + per_tok[:, 0]
-        page_in_seq = pos // ps
-        row = page_in_seq + per_tok[:, 1]  # rank among the new pages
-        on_partial = page_in_seq < np.repeat(prefix_pages, extend)
-        row[on_partial] = pages.numel() + per_tok[on_partial, 2]
-        flat = torch.from_numpy(row * ps + (pos - page_in_seq * ps)).to(device, non_blocking=True)
-        partial_pages = torch.div(last_loc.to(torch.int64), ps, rounding_mode="floor")
-        candidates = torch.cat((pages, partial_pages))[:, None] * ps + self.pool._page_offsets
-        return candidates.reshape(-1)[flat]
+        room = prefix_pages * ps - prefix  # free slots left on each partial page
+        table = torch.add(offsets, pages.unsqueeze(1), alpha=ps).view(-1)  # one op, ~2x the mul+add pair
+        first_new = (np.add.accumulate(new_per_req) - new_per_req) * ps  # first new-page slot in `table`
+        if not room.any():
+            if prefix.size == 1:
+                return table[:num_tokens]
+            src, lens = first_new, extend
+        else:
+            partial = np.minimum(room, extend)  # tokens continuing last_loc
+            rows = last_loc.to(torch.int64).unsqueeze(1) + offsets + 1
+            table = torch.cat((table, rows.view(-1)))
+            # runs: (partial row i, c_i tokens), (new pages of i, extend_i - c_i tokens)
+            src = np.stack(((pages.numel() + np.arange(prefix.size)) * ps, first_new), axis=1).reshape(-1)
+            lens = np.stack((partial, extend - partial), axis=1).reshape(-1)
+        flat = np.arange(num_tokens) + (src - (np.add.accumulate(lens) - lens)).repeat(lens)
+        return table.index_select(0, self._to_device(flat))
+
+    def _to_device(self, array: np.ndarray) -> torch.Tensor:
+        t = torch.from_numpy(array)
+        return t if self._on_cpu else t.to(self.pool.device, non_blocking=True)
 
     def alloc_decode(self, seq_lens: torch.Tensor, seq_lens_cpu: torch.Tensor, last_loc: torch.Tensor):
         """One slot per request for the token at position ``seq_lens[i] - 1``:
-        ``last_loc[i] + 1`` unless that position starts a new page."""
+        ``last_loc[i] + 1`` unless that position starts a new page.
+
+        Steps where no request crosses a page boundary take no page and cost
+        one tensor op; the others five (slice, refcount fill, ``* ps``,
+        index_copy_), where SGLang's torch path spends ~14. Measured (1
+        thread, page 16, serving trace, median per call): 46 us, first
+        version 74 us, SGLang 136 us."""
         ps = self.page_size
-        needs_page = np.flatnonzero((seq_lens_cpu.numpy() - 1) % ps == 0)
+        needs_page = (seq_lens_cpu.numpy() % ps == 1 % ps).nonzero()[0]
+        if ps == 1:
+            pages = self.pool.take(needs_page.size)
+            return None if pages is None else pages.clone()
+        if last_loc.dtype != torch.int64:
+            last_loc = last_loc.to(torch.int64)
+        if needs_page.size == 0:
+            return last_loc + 1
         pages = self.pool.take(needs_page.size)
         if pages is None:
             return None
-        if ps == 1:
-            return pages.clone()
-        out = last_loc.to(torch.int64) + 1
-        if needs_page.size:
-            out[torch.from_numpy(needs_page).to(self.pool.device, non_blocking=True)] = pages * ps
-        return out
+        out = last_loc + 1
+        return out.index_copy_(0, self._to_device(needs_page), pages * ps)
 
     # ------------------------------------------------------------ SGLang: freeing
 
@@ -228,7 +257,10 @@ class PagedKVAllocator:
             # De-duplicate per call now: across calls of a group each call is
             # one holder letting go (SGLang, without counts, de-duplicates the
             # whole group; the two agree whenever no page is held twice).
-            self.free_group.append(self.pool.unique_pages(pages).clone())
+            try:
+                self.free_group.append(self.pool.unique_pages(pages))  # a fresh tensor: no clone
+            except IndexError:
+                raise PoolError(self.pool._outside("free")) from None
             return
         self.pool.release(pages)
 
@@ -243,18 +275,23 @@ class PagedKVAllocator:
             return
         if start_pos % self.page_size:
             raise ValueError(f"free_segment start_pos {start_pos} is not a multiple of page_size {self.page_size}")
-        reps = free_index.reshape(-1)[:: self.page_size]
-        self.free_page_ids(torch.div(reps, self.page_size, rounding_mode="floor"))
+        reps = (free_index if free_index.dim() == 1 else free_index.reshape(-1))[:: self.page_size]
+        self._release_pages(torch.div(reps, self.page_size, rounding_mode="floor"))
 
     def free_page_ids(self, page_ids: torch.Tensor) -> None:
-        """Release exactly these pages, each at most once (checked mode
-        verifies); deferred inside a free group."""
+        """Release exactly these pages, each at most once (a repeat counts as
+        one more holder letting go; checked mode raises if that takes a
+        count below zero); deferred inside a free group."""
         if page_ids.numel() == 0:
             return
+        self._release_pages(page_ids.reshape(-1).clone() if self.free_group is not None else page_ids.reshape(-1))
+
+    def _release_pages(self, pages: torch.Tensor) -> None:
+        """``pages``: a tensor the caller no longer touches."""
         if self.free_group is not None:
-            self.free_group.append(page_ids.reshape(-1).clone())
+            self.free_group.append(pages)
             return
-        self.pool.release(page_ids.reshape(-1), counted=True)
+        self.pool.release(pages, counted=True)
 
     def free_segments(self, segments) -> None:
         """Ascending ``(free_index, start_pos)`` segments of one request's row,
@@ -276,7 +313,7 @@ class PagedKVAllocator:
     def free_group_end(self) -> None:
         pending, self.free_group = self.free_group, None
         if pending:
-            self.pool.release(torch.cat(pending), counted=True)
+            self.pool.release(pending[0] if len(pending) == 1 else torch.cat(pending), counted=True)
 
     # ------------------------------------------------------------ beyond SGLang
 
@@ -287,7 +324,8 @@ class PagedKVAllocator:
         read from ``indices[::page_size]`` without de-duplication."""
         if indices.numel() == 0:
             return
-        indices = indices.reshape(-1)
+        if indices.dim() != 1:
+            indices = indices.reshape(-1)
         if start_pos is None:
             self.pool.share(torch.div(indices, self.page_size, rounding_mode="floor"))
             return

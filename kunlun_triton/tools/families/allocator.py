@@ -15,11 +15,36 @@ replays the recorded calls, in order, on a cleared allocator; allocators are
 deterministic, so the replay reproduces the recorded slots. The result is
 reported as allocator steps per second.
 
-Reference counting is on the kunlun_triton side: a request behind the shared
-prompt calls ``share`` on it and frees its whole row when it finishes, the
-pool releases the prompt's pages with the last holder. SGLang's allocator has
-no reference counts (its radix tree keeps lock counts), so its replay frees
-the prompt once, when the harness sees the last holder go.
+Same trace, not quite the same work: reference counting is on the
+kunlun_triton side only. A request behind the shared prompt calls ``share``
+on it and frees its whole row when it finishes; the pool releases the
+prompt's pages with the last holder. SGLang's allocator has no reference
+counts (its radix tree keeps lock counts), so its replay has no ``share``
+calls and frees the prompt once, when the harness sees the last holder go:
+fewer calls (the ``calls`` and ``sglang_calls`` columns) and no count
+updates. The ratio therefore understates ours, if anything.
+
+Both allocators run in their default configuration: ours in checked mode
+(``checked`` column; double frees raise), SGLang's without
+``SGLANG_DEBUG_MEMORY_POOL``, neither with ``need_sort``. Each case runs at a
+fixed torch thread count (``threads``: 1, and the process default), set
+around each replay. Times are the bench's median of ``--repeat`` replays; a
+replay is first checked to reproduce the recorded run (same free count).
+
+Measured with this bench on the 2-core CI host (median of 15 replays per
+impl, 3-4 runs, other jobs sharing the cores, so +-20% run to run),
+speedup vs SGLang 0.5.23, checked mode on:
+
+    page 16, 1 thread:  2.2-2.9x (median 2.7x); first version 1.3-1.5x
+    page 64, 1 thread:  2.3-3.2x (median 2.6x); first version 1.3-1.4x
+    page 16, 2 threads: 2.2-3.0x (median 2.6x); first version 1.4-1.6x
+    page 64, 2 threads: 2.4-4.3x (median 2.6x); first version 1.4-1.5x
+
+(first version: the same trace, replays interleaved with SGLang's.)
+
+With the default threads and the cores busy, SGLang's per-token torch ops
+stall on the contended thread pool (10x-60x ratios seen): rerun such rows.
+See ``kunlun_triton/memory/`` for the op choices behind the numbers.
 """
 
 from __future__ import annotations
@@ -45,6 +70,9 @@ class TraceSpec:
     arrival_prob: float = 0.5  # per step, 1-2 requests
     finish_prob: float = 0.02  # per live request per step
     seed: int = 0
+
+
+_DEFAULT_THREADS = torch.get_num_threads()  # before any case changes it
 
 
 def record_trace(allocator, spec: TraceSpec, refcounted: bool, device="cpu"):
@@ -151,6 +179,26 @@ def replay(allocator, calls) -> None:
         getattr(allocator, name)(*args, **kwargs)
 
 
+def _timed_replay(allocator, calls, threads: int):
+    """The bench thunk: a replay at ``threads`` torch threads, restored
+    after (measured: setting it around each replay moves a 50 ms replay by
+    under 0.5%). Checks first that a replay reproduces the recorded run."""
+    expected = allocator.available_size()  # recorded run's end state
+    replay(allocator, calls)
+    if allocator.available_size() != expected:
+        raise RuntimeError("the replay did not reproduce the recorded run")
+
+    def run():
+        prev = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        try:
+            replay(allocator, calls)
+        finally:
+            torch.set_num_threads(prev)
+
+    return run
+
+
 def _kunlun_allocator(spec: TraceSpec, device):
     from ...memory import PagedKVAllocator
 
@@ -165,32 +213,36 @@ def _sglang_allocator(spec: TraceSpec, device):
     return sglang_paged_allocator(spec.pool_tokens, spec.page_size, device)
 
 
-def _trace_specs(args) -> list[TraceSpec]:
+def _trace_specs(args) -> list[tuple[TraceSpec, int]]:
     quick = getattr(args, "quick", False)
     steps = shape_values(args, "steps", [60 if quick else 300])
     # SGLang uses its paged allocator only for page_size > 1.
     page_sizes = shape_values(args, "page_size", [16] if quick else [16, 64])
-    return [TraceSpec(steps=int(s), page_size=int(p), pool_tokens=(64 if quick else 256) * 1024)
-            for s in steps for p in page_sizes]
+    threads = shape_values(args, "threads", [1] if quick else sorted({1, _DEFAULT_THREADS}))
+    return [(TraceSpec(steps=int(s), page_size=int(p), pool_tokens=(64 if quick else 256) * 1024), int(t))
+            for s in steps for p in page_sizes for t in threads]
 
 
 def bench_cases(preset, args):
     from ...runtime import current_target
 
     device = current_target().device_type
-    for spec in _trace_specs(args):
+    for spec, threads in _trace_specs(args):
         impls = {}
         ours = _kunlun_allocator(spec, device)
         our_calls = record_trace(ours, spec, refcounted=True, device=device)
-        impls["kunlun_triton"] = lambda a=ours, c=our_calls: replay(a, c)
+        impls["kunlun_triton"] = _timed_replay(ours, our_calls, threads)
+        params = {"page_size": spec.page_size, "threads": threads, "steps": spec.steps, "calls": len(our_calls)}
         theirs = _sglang_allocator(spec, device)
         if theirs is not None:
             their_calls = record_trace(theirs, spec, refcounted=False, device=device)
-            impls["sglang"] = lambda a=theirs, c=their_calls: replay(a, c)
+            impls["sglang"] = _timed_replay(theirs, their_calls, threads)
+            params["sglang_calls"] = len(their_calls)  # no share calls: no refcounts there
+        params["checked"] = ours.checked
         yield BenchCase(
             family="allocator",
             op="serving_trace",
-            params={"page_size": spec.page_size, "steps": spec.steps, "calls": len(our_calls)},
+            params=params,
             impls=impls,
             baseline="sglang" if "sglang" in impls else "kunlun_triton",
             x_axis="page_size",
