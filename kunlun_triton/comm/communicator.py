@@ -42,7 +42,9 @@ class CollectiveError(RuntimeError):
 
 
 class CollectiveTimeout(CollectiveError):
-    """A collective did not complete within the group's timeout."""
+    """A collective did not complete within the group's timeout. The group is
+    unusable afterwards (the collective may still be pending in the backend):
+    end the process rather than retry on it."""
 
 
 def default_backend(target_name: str | None = None) -> str:

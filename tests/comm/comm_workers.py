@@ -4,6 +4,7 @@ compute the single-process answer itself and compare."""
 
 from __future__ import annotations
 
+import os
 import time
 
 import torch
@@ -95,5 +96,9 @@ def missing_peer(rank, world, port, timeout_s):
             assert time.monotonic() - start < timeout_s + 30
         else:
             raise AssertionError("all_reduce with a missing peer returned")
+        # The timed-out all_reduce is still pending inside gloo; tearing the
+        # group down around it can std::terminate at exit (seen in CI). A group
+        # that timed out is dead anyway: leave without running destructors.
+        os._exit(0)
     else:
         time.sleep(timeout_s + 3)
