@@ -13,7 +13,10 @@ An op family offers its search space with a hook in its tools module::
 callable that launches the kernel with `config` (it may raise for a config
 the kernel rejects: that candidate is skipped). `candidates` is a list of
 config dicts (upper-case keys: constexpr meta-params, lower-case: launch
-options).
+options). The real families build their thunks with
+`families._tuning.checked_thunk`: the public op launches with the candidate
+injected into its ``get_config`` lookup, and runs once against the torch
+reference first, so a candidate that computes the wrong thing never wins.
 
 Each candidate is timed with `timing.time_call` (median of synchronised
 repeats, wall clock where events are unreliable); the fastest per shape wins.
@@ -191,8 +194,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output-dir", metavar="DIR", help="default: the shipped autotune_configs/")
     p.add_argument("--force", action="store_true", help="merge into an existing file")
     p.add_argument("--dry-run", action="store_true", help="print the YAML instead of writing it")
-    p.add_argument("--warmup", type=int, default=2)
-    p.add_argument("--repeat", type=int, default=7)
+    p.add_argument("--warmup", type=int, help="untimed runs per config (default 2; --quick: 1)")
+    p.add_argument("--repeat", type=int, help="timed runs per config, median kept (default 7; --quick: 3)")
     return p
 
 
@@ -207,11 +210,14 @@ def tune(args) -> dict:
     if path.exists() and not args.force and not args.dry_run:
         raise TuneError(f"{path} exists; pass --force to merge the tuned ops into it (other ops are kept)")
     tasks = collect_tasks(args.op, args.preset, args)
+    quick = getattr(args, "quick", False)
+    warmup = (1 if quick else 2) if getattr(args, "warmup", None) is None else args.warmup
+    repeat = (3 if quick else 7) if getattr(args, "repeat", None) is None else args.repeat
     bar = ProgressBar(len(tasks))
     results = []
     for i, task in enumerate(tasks):
         bar.update(i, f"{task.op} {task.shape} ({len(task.candidates)} configs)")
-        results.append(tune_task(task, args.warmup, args.repeat))
+        results.append(tune_task(task, warmup, repeat))
     bar.update(len(tasks), "done")
     bar.close()
     stamp = datetime.date.today().isoformat()

@@ -59,3 +59,37 @@ def bench_cases(preset, args):
              "torch": lambda i=inputs: reference.gelu_and_mul(i.get())},
             bytes_moved=moved, x_axis="rows",
         )  # fmt: skip
+
+
+# ---- `kunlun-triton tune` hook ----
+# The ops look their config up by (hidden_size = d, rows): one task per row
+# count. Candidates run through the public op (`_tuning.checked_thunk`).
+
+
+def tune_space(preset, args):
+    from ...testing import assert_close
+    from ._tuning import checked_thunk, device, grid, with_warps
+
+    quick = getattr(args, "quick", False)
+    dtype = run_dtype(torch.bfloat16)
+    d = 256 if quick else preset.intermediate_size
+    if quick:
+        candidates = grid(ROWS_PER_PROGRAM=(1, 16), BLOCK_COLS=(256,))
+    else:  # tiles of at most 16k values
+        candidates = grid(lambda c: c["ROWS_PER_PROGRAM"] * c["BLOCK_COLS"] <= 16384,
+                          ROWS_PER_PROGRAM=(1, 2, 4, 8), BLOCK_COLS=(512, 1024, 2048, 4096))
+    candidates = with_warps(candidates, quick)
+    ops = {"silu_and_mul": (silu_and_mul, reference.silu_and_mul),
+           "gelu_and_mul": (gelu_and_mul, reference.gelu_and_mul)}  # fmt: skip
+
+    def make_thunk(op, rows, config):
+        fn, ref = ops[op]
+        x = torch.randn(rows, 2 * d, device=device(), dtype=dtype)
+        return checked_thunk(fn, op, config, lambda: fn(x),
+                             lambda out: assert_close(out, ref(x), msg=f"{op} with {config}"))  # fmt: skip
+
+    return [
+        (op, {"hidden_size": d, "rows": rows}, lambda config, op=op, rows=rows: make_thunk(op, rows, config), candidates)
+        for op in ops
+        for rows in shape_values(args, "rows", [64] if quick else [16, 1024, 16384])
+    ]

@@ -157,3 +157,124 @@ def bench_cases(preset, args):
         impls = {"triton": functools.partial(store_kv, k, k, k_buffer, v_buffer, loc, check=False),
                  "torch": functools.partial(store_kv_reference, k, k, k_buffer, v_buffer, loc)}
         yield BenchCase(FAMILY, "store_kv", {"store_tokens": tokens}, impls, bytes_moved=4 * k.numel() * elt, x_axis="store_tokens")
+
+
+# ---- `kunlun-triton tune` hook ----
+# Lookup dims (ops/kv_cache.py, ops/attention/*.py): store_kv by (row_width,
+# tokens), decode by (head_dim, group, batch), extend by (head_dim, group);
+# context and prefix lengths are not lookup dims, so one representative
+# length is tuned (`--shape context_len=...` etc. picks another). Every
+# candidate runs through the public op and is checked against the reference.
+
+SUM_TILE_CAP = 65536  # tl.sum formulation: BLOCK_M x BLOCK_N x BLOCK_D product values per program
+
+
+def _decode_candidates(quick):
+    from ._tuning import with_formulations, with_warps
+
+    if quick:
+        base = [{"BLOCK_N": 16, "TARGET_PROGRAMS": 4, "MAX_KV_SPLITS": 1},
+                {"BLOCK_N": 32, "TARGET_PROGRAMS": 8, "MAX_KV_SPLITS": 2, "MIN_SPLIT_TOKENS": 32}]  # fmt: skip
+    else:
+        splits = ({"TARGET_PROGRAMS": 64, "MAX_KV_SPLITS": 16}, {"TARGET_PROGRAMS": 256, "MAX_KV_SPLITS": 16},
+                  {"TARGET_PROGRAMS": 1024, "MAX_KV_SPLITS": 64})  # fmt: skip
+        base = [{"BLOCK_N": n, **s} for n in (16, 32, 64) for s in splits]
+    return with_warps(with_formulations(base), quick)
+
+
+def _extend_candidates(quick, head_dim):
+    import triton
+
+    from ._tuning import formulations, with_formulations, with_warps
+
+    pairs = ((16, 16), (32, 16)) if quick else (
+        (8, 16), (8, 32), (8, 64), (16, 8), (16, 16), (16, 32), (32, 8), (32, 16), (32, 32),
+        (64, 32), (64, 64), (128, 32), (128, 64))  # fmt: skip
+    default_form = "dot" if "dot" in formulations() else "sum"  # what a candidate without the key runs
+
+    def affordable(c):
+        if c.get("formulation", default_form) == "dot":  # the op raises dot tiles below 16: a different config
+            return c["BLOCK_M"] >= 16 and c["BLOCK_N"] >= 16
+        # the sum formulation holds a [M, D, N] product
+        return c["BLOCK_M"] * c["BLOCK_N"] * triton.next_power_of_2(head_dim) <= SUM_TILE_CAP
+
+    return with_warps(with_formulations([{"BLOCK_M": m, "BLOCK_N": n} for m, n in pairs], keep=affordable), quick)
+
+
+def _store_thunk(tokens, kv_heads, head_dim, dtype, config):
+    from ._tuning import checked_thunk, device
+
+    dev = device()
+    slots = max(4 * tokens, 64)
+    k = torch.randn(tokens, kv_heads, head_dim, device=dev, dtype=torch.float32).to(dtype)
+    v = torch.randn(tokens, kv_heads, head_dim, device=dev, dtype=torch.float32).to(dtype)
+    k_buffer = torch.zeros(slots, kv_heads, head_dim, device=dev, dtype=dtype)
+    v_buffer = torch.zeros_like(k_buffer)
+    loc = _slots(dev, slots, tokens, tokens)
+    k_expected, v_expected = k_buffer.clone(), v_buffer.clone()
+    store_kv_reference(k, v, k_expected, v_expected, loc)
+
+    def check(_):
+        if not (torch.equal(k_buffer, k_expected) and torch.equal(v_buffer, v_expected)):
+            raise AssertionError(f"store_kv with {config} wrote the wrong slots or values")
+
+    return checked_thunk(store_kv, "store_kv", config, lambda: store_kv(k, v, k_buffer, v_buffer, loc, check=False), check)
+
+
+def _decode_thunk(batch, context, heads, dtype, config):
+    from ...testing import assert_close
+    from ._tuning import checked_thunk, device
+
+    q_heads, kv_heads, head_dim = heads
+    d = decode_batch([context] * batch, q_heads=q_heads, kv_heads=kv_heads, head_dim=head_dim, dtype=dtype, device=device())
+    p, args = d.pool, d.args()
+    expected = decode_attention_reference(d.q, p.k_buffer, p.v_buffer, p.kv_indptr, p.kv_indices, d.sm_scale)
+    return checked_thunk(
+        decode_attention, "decode_attention", config, lambda: decode_attention(*args, check=False),
+        lambda out: assert_close(out, expected, scale=2, msg=f"decode_attention with {config}"),
+    )  # fmt: skip
+
+
+def _extend_thunk(batch, prefix, extend, heads, dtype, config):
+    from ...testing import assert_close
+    from ._tuning import checked_thunk, device
+
+    q_heads, kv_heads, head_dim = heads
+    e = extend_batch([prefix] * batch, [extend] * batch, q_heads=q_heads, kv_heads=kv_heads, head_dim=head_dim,
+                     dtype=dtype, device=device())  # fmt: skip
+    p, args = e.pool, e.args()
+    expected = extend_attention_reference(e.q_extend, e.k_extend, e.v_extend, p.k_buffer, p.v_buffer, e.qo_indptr,
+                                          p.kv_indptr, p.kv_indices, e.sm_scale)  # fmt: skip
+    return checked_thunk(
+        extend_attention, "extend_attention", config, lambda: extend_attention(*args, check=False),
+        lambda out: assert_close(out, expected, scale=2, msg=f"extend_attention with {config}"),
+    )  # fmt: skip
+
+
+def tune_space(preset, args):
+    from ._tuning import grid, with_warps
+
+    quick = getattr(args, "quick", False)
+    dtype = run_dtype(torch.float16)
+    heads = (4, 2, 64) if quick else (preset.num_heads, preset.num_kv_heads, preset.head_dim)
+    q_heads, kv_heads, head_dim = heads
+    group = q_heads // kv_heads
+    tasks = []
+
+    store = grid(TOKENS_PER_PROGRAM=(1, 16), MAX_BLOCK_C=(128,)) if quick else \
+        grid(TOKENS_PER_PROGRAM=(1, 4, 16), MAX_BLOCK_C=(256, 1024, 4096))  # fmt: skip
+    for tokens in shape_values(args, "store_tokens", [16] if quick else [1, 64, 4096]):
+        tasks.append(("store_kv", {"row_width": kv_heads * head_dim, "tokens": tokens},
+                      lambda c, t=tokens: _store_thunk(t, kv_heads, head_dim, dtype, c), with_warps(store, quick)))  # fmt: skip
+
+    context = shape_values(args, "context_len", [64] if quick else [4096])[0]
+    for batch in shape_values(args, "batch", [2] if quick else [1, 8, 32, 64]):
+        tasks.append(("decode_attention", {"head_dim": head_dim, "group": group, "batch": batch},
+                      lambda c, b=batch: _decode_thunk(b, context, heads, dtype, c), _decode_candidates(quick)))  # fmt: skip
+
+    batch = shape_values(args, "extend_batch", [1] if quick else [4])[0]
+    prefix = shape_values(args, "prefix_len", [16] if quick else [1024])[0]
+    extend = shape_values(args, "extend_len", [32] if quick else [512])[0]
+    tasks.append(("extend_attention", {"head_dim": head_dim, "group": group},
+                  lambda c: _extend_thunk(batch, prefix, extend, heads, dtype, c), _extend_candidates(quick, head_dim)))  # fmt: skip
+    return tasks

@@ -88,50 +88,41 @@ def bench_cases(preset, args):
 
 # ---- `kunlun-triton tune` hook (added by the tools engineer, issue 7) ----
 # The ops look their config up by hidden_size (ops/norm.py `_launch_shape`),
-# so each task is one hidden size; the kernel is launched directly with each
-# candidate, mirroring that launcher, and a candidate whose output disagrees
-# with the reference is rejected before it is timed.
+# so each task is one hidden size; each candidate runs through the public op
+# (`_tuning.checked_thunk`), and one whose output disagrees with the
+# reference is rejected before it is timed.
 
 
 def tune_space(preset, args):
     import triton
 
-    from ...kernels import norm as kernels
     from ...ops.norm import MAX_TILE_ELEMENTS
-    from ...runtime import capabilities, launch_options
     from ...testing import assert_close
+    from ._tuning import checked_thunk, device, grid, with_warps
 
     quick = getattr(args, "quick", False)
-    device = "cuda" if torch.cuda.is_available() else "cpu"
     dtype = run_dtype(torch.bfloat16)
     rows = shape_values(args, "rows", [64] if quick else [16384])[0]
-    candidates = [{"ROWS_PER_PROGRAM": r} for r in ([1, 4] if quick else [1, 2, 4, 8, 16])]
-    if capabilities().num_warps_meaningful and not quick:
-        candidates = [{**c, "num_warps": w} for c in candidates for w in (4, 8)]
+    candidates = with_warps(grid(ROWS_PER_PROGRAM=(1, 4) if quick else (1, 2, 4, 8, 16)), quick)
 
     def make_thunk(op, hidden, config):
-        block = triton.next_power_of_2(hidden)
-        per_program = config["ROWS_PER_PROGRAM"]
-        if per_program * block > MAX_TILE_ELEMENTS:
-            raise ValueError(f"tile {per_program} x {block} over MAX_TILE_ELEMENTS")
-        x = torch.randn(rows, hidden, device=device, dtype=dtype)
-        residual, weight = torch.randn_like(x), torch.rand(hidden, device=device, dtype=dtype) + 0.5
-        out = torch.empty_like(x)
-        grid, meta = (triton.cdiv(rows, per_program),), dict(N_COLS=hidden, BLOCK_COLS=block, ROWS_PER_PROGRAM=per_program)
+        if config["ROWS_PER_PROGRAM"] * triton.next_power_of_2(hidden) > MAX_TILE_ELEMENTS:
+            # the op would clamp it: the config timed would not be this one
+            raise ValueError(f"tile {config['ROWS_PER_PROGRAM']} x {hidden} over MAX_TILE_ELEMENTS")
+        x = torch.randn(rows, hidden, device=device(), dtype=dtype)
+        residual, weight = torch.randn_like(x), torch.rand(hidden, device=x.device, dtype=dtype) + 0.5
         if op == "rms_norm":
-            def run():
-                kernels.rms_norm_kernel[grid](x, weight, out, rows, hidden, hidden, 1e-6, **meta, **launch_options(config))
+            expected = reference.rms_norm(x, weight)
+            return checked_thunk(rms_norm, op, config, lambda: rms_norm(x, weight),
+                                 lambda out: assert_close(out, expected, msg=f"{op} with {config}"))  # fmt: skip
+        summed = residual.clone()
+        expected = reference.fused_add_rms_norm(x, summed, weight)
 
-            expected = reference.rms_norm(x, weight, 1e-6)
-        else:
-            def run():
-                kernels.fused_add_rms_norm_kernel[grid](
-                    x, residual, weight, out, rows, hidden, hidden, hidden, 1e-6, **meta, **launch_options(config))
+        def check(out):  # the first call (this check) adds into the original residual; timed calls keep adding
+            assert_close(out, expected, msg=f"{op} with {config}")
+            assert_close(residual, summed, msg=f"{op} residual with {config}")
 
-            expected = reference.fused_add_rms_norm(x, residual.clone(), weight, 1e-6)
-        run()
-        assert_close(out, expected, msg=f"{op} with {config}")
-        return run
+        return checked_thunk(fused_add_rms_norm, op, config, lambda: fused_add_rms_norm(x, residual, weight), check)
 
     return [
         (op, {"hidden_size": hidden}, lambda config, op=op, hidden=hidden: make_thunk(op, hidden, config), candidates)

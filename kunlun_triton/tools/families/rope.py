@@ -79,3 +79,47 @@ def bench_cases(preset, args):
              "torch": lambda i=inputs: reference.rotary_embedding(*i.get())},
             bytes_moved=moved, x_axis="tokens",
         )  # fmt: skip
+
+
+# ---- `kunlun-triton tune` hook ----
+# The op looks its config up by (head_size, tokens): one task per token
+# count. The op rotates in place, so the check runs on copies.
+
+
+def tune_space(preset, args):
+    from ...testing import assert_close
+    from ._tuning import checked_thunk, device, grid, with_warps
+
+    quick = getattr(args, "quick", False)
+    dtype = run_dtype(torch.bfloat16)
+    head_size = preset.head_dim
+    q_heads, kv_heads = (4, 2) if quick else (preset.num_heads, preset.num_kv_heads)
+    max_position = 4096
+    if quick:
+        candidates = [{"TOKENS_PER_PROGRAM": 4, "HEADS_PER_PROGRAM": 2}, {"TOKENS_PER_PROGRAM": 16, "HEADS_PER_PROGRAM": 8}]
+    else:
+        candidates = grid(TOKENS_PER_PROGRAM=(1, 4, 16), HEADS_PER_PROGRAM=(4, 16, 64))
+    candidates = with_warps(candidates, quick, warps=(2, 4))
+
+    def make_thunk(tokens, config):
+        dev = device()
+        qkv = torch.randn(tokens, (q_heads + 2 * kv_heads) * head_size, device=dev, dtype=dtype)
+        query, key, _ = qkv.split([q_heads * head_size, kv_heads * head_size, kv_heads * head_size], dim=-1)
+        positions = torch.randint(0, max_position, (tokens,), device=dev)
+        cache = cos_sin_cache(head_size, max_position, preset.rope_theta, torch.float32, dev)
+        expected = reference.rotary_embedding(positions, query.clone(), key.clone(), head_size, cache, True)
+
+        def check(out):  # the first call rotates the fresh inputs; timed calls keep rotating
+            for got, want, name in zip(out, expected, ("query", "key")):
+                assert_close(got, want, msg=f"rotary_embedding {name} with {config}")
+
+        return checked_thunk(
+            rotary_embedding, "rotary_embedding", config,
+            lambda: rotary_embedding(positions, query, key, head_size, cache, True, check_positions=False), check,
+        )  # fmt: skip
+
+    return [
+        ("rotary_embedding", {"head_size": head_size, "tokens": tokens},
+         lambda config, tokens=tokens: make_thunk(tokens, config), candidates)
+        for tokens in shape_values(args, "tokens", [16] if quick else [1, 64, 4096, 16384])
+    ]  # fmt: skip

@@ -152,3 +152,59 @@ def bench_cases(preset, args):
                 {"triton": lambda i=inputs: greedy(i.get()[0]), "torch": lambda i=inputs: torch.argmax(i.get()[0], dim=1)},
                 bytes_moved=moved, x_axis="batch",
             )  # fmt: skip
+
+
+# ---- `kunlun-triton tune` hook ----
+# One config (op "sampling", looked up by batch and vocab) serves every
+# sampling op: `sample` is timed; the check runs sample, greedy and
+# renorm_probs with the candidate against the reference.
+
+
+def _check_sampling(inputs, config):
+    """``check(tokens)`` of `sample`'s draws; greedy and renorm_probs are
+    checked right away (the caller holds the candidate injected)."""
+    from ...ops import renorm_probs
+    from ...testing import assert_close
+
+    logits, temps, top_ks, top_ps, min_ps, seeds, positions = inputs
+    if not torch.equal(greedy(logits), reference.greedy_tokens(logits)):
+        raise AssertionError(f"greedy with {config} is not the argmax")
+    probs = torch.softmax(logits, dim=1)
+    assert_close(renorm_probs(probs, top_ks, top_ps, min_ps, check_values=False),
+                 reference.renorm_probs(probs, top_ks, top_ps, min_ps).float(), msg=f"renorm_probs with {config}")  # fmt: skip
+    allowed = reference.filtered_probs(logits, temps, top_ks, top_ps, min_ps)
+    expected = reference.sample(logits, temps, top_ks, top_ps, min_ps, seeds, positions)
+
+    def check(tokens):
+        if not bool((allowed.gather(1, tokens.view(-1, 1)) > 0).all()):
+            raise AssertionError(f"sample with {config} drew a filtered-out token")
+        # fp32 and the float64 reference may break a near-tie differently
+        if int((tokens != expected).sum()) > max(1, tokens.numel() // 50):
+            raise AssertionError(f"sample with {config} disagrees with the reference draw")
+
+    return check
+
+
+def tune_space(preset, args):
+    from ...ops.sampling import CONFIG_OP
+    from ._tuning import checked_thunk, config_injected, grid, with_warps
+
+    quick = getattr(args, "quick", False)
+    device = current_target().device_type
+    if quick:  # one tile per row, and two tiles per row
+        candidates = grid(BLOCK_R=(4,), BLOCK_V=(1024, 512))
+    else:
+        candidates = grid(lambda c: c["BLOCK_R"] * c["BLOCK_V"] <= 16384, BLOCK_R=(1, 2, 4, 8), BLOCK_V=(1024, 2048, 4096, 8192))
+    candidates = with_warps(candidates, quick)
+
+    def make_thunk(batch, vocab, config):
+        inputs = _make_inputs(batch, vocab, device)
+        with config_injected(sample, CONFIG_OP, config):
+            check = _check_sampling(inputs, config)
+        return checked_thunk(sample, CONFIG_OP, config, lambda: sample(*inputs, check_values=False), check)
+
+    return [
+        (CONFIG_OP, {"batch": batch, "vocab": vocab}, lambda c, b=batch, v=vocab: make_thunk(b, v, c), candidates)
+        for vocab in shape_values(args, "vocab", [1000] if quick else [preset.vocab_size])
+        for batch in shape_values(args, "batch", [4] if quick else [1, 16, 64, 256])
+    ]
