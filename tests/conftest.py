@@ -39,6 +39,11 @@ def _sglang_importable() -> bool:
 collect_ignore_glob = []
 if not _sglang_importable() and os.environ.get("KUNLUN_TRITON_REQUIRE_SGLANG") != "1":
     collect_ignore_glob = ["*sglang*"]
+elif _sglang_importable():
+    # SGLang resolves its platform once per process, at first use: the tests
+    # that drive SGLang on our platform need the choice made before any test
+    # module (a baseline comparison, say) imports SGLang.
+    os.environ.setdefault("SGLANG_PLATFORM", "kunlun")
 
 
 def pytest_configure(config):
