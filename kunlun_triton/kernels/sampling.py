@@ -233,6 +233,17 @@ def _search_threshold(
 
 
 @triton.jit
+def _fold_argmax(score, cols, best, best_id):
+    """Fold one vocab tile into a running per-row argmax. Ties go to the
+    lowest id: within a tile by the min over equal columns, across tiles by
+    the strict `>` (tiles arrive in increasing id order)."""
+    tile_best = tl.max(score, axis=1)
+    tile_id = tl.min(tl.where(score == tile_best[:, None], cols[None, :], 2147483647), axis=1)
+    better = tile_best > best
+    return tl.where(better, tile_best, best), tl.where(better, tile_id, best_id)
+
+
+@triton.jit
 def greedy_kernel(
     logits_ptr, out_ptr, n_rows, vocab, row_stride,
     BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr,
@@ -247,11 +258,7 @@ def greedy_kernel(
     for start in range(0, vocab, BLOCK_V):
         cols = start + tl.arange(0, BLOCK_V)
         x, valid = _load_logits(logits_ptr, rows, row_mask, row_stride, cols, vocab, one)
-        tile_best = tl.max(x, axis=1)
-        tile_id = tl.min(tl.where(x == tile_best[:, None], cols[None, :], 2147483647), axis=1)
-        better = tile_best > best
-        best_id = tl.where(better, tile_id, best_id)
-        best = tl.where(better, tile_best, best)
+        best, best_id = _fold_argmax(x, cols, best, best_id)
     tl.store(out_ptr + rows, best_id.to(tl.int64), mask=row_mask)
 
 
@@ -326,11 +333,7 @@ def sample_kernel(
         noise = _gumbel(stream[:, None], cols[None, :])
         score = tl.where(greedy[:, None], x, x + noise)
         score = tl.where(kept, score, float("-inf"))
-        tile_best = tl.max(score, axis=1)
-        tile_id = tl.min(tl.where(score == tile_best[:, None], cols[None, :], 2147483647), axis=1)
-        better = tile_best > best
-        best_id = tl.where(better, tile_id, best_id)
-        best = tl.where(better, tile_best, best)
+        best, best_id = _fold_argmax(score, cols, best, best_id)
     tl.store(out_ptr + rows, best_id.to(tl.int64), mask=row_mask)
 
 

@@ -43,6 +43,32 @@ def weighted_values(p, v, USE_DOT: tl.constexpr, DOT_FP32: tl.constexpr):
         return tl.sum(p[:, :, None] * v.to(tl.float32)[None, :, :], axis=1)
 
 
+@triton.jit
+def capped_scores(q, k_t, sm_scale, LOGIT_CAP: tl.constexpr, USE_DOT: tl.constexpr, DOT_FP32: tl.constexpr):
+    """sm_scale * q k^T, soft-capped when LOGIT_CAP > 0 (Gemma-2 style)."""
+    s = scores(q, k_t, USE_DOT, DOT_FP32) * sm_scale
+    if LOGIT_CAP > 0:
+        s = soft_cap(s, LOGIT_CAP)
+    return s
+
+
+@triton.jit
+def load_k_transposed(ptr, rows, row_stride, head_offset, offs_d, d_mask, n_mask):
+    """K^T tile [D, N] of the int64 `rows` (pool slots or token ids) of one kv
+    head, zero outside the masks: Kunlun's masked loads may ignore `other=`."""
+    mask = d_mask[:, None] & n_mask[None, :]
+    k_t = tl.load(ptr + rows[None, :] * row_stride + head_offset + offs_d[:, None], mask=mask)
+    return tl.where(mask, k_t, 0.0)
+
+
+@triton.jit
+def load_v(ptr, rows, row_stride, head_offset, offs_dv, dv_mask, n_mask):
+    """V tile [N, Dv] of the int64 `rows` of one kv head, zero outside the masks."""
+    mask = n_mask[:, None] & dv_mask[None, :]
+    v = tl.load(ptr + rows[:, None] * row_stride + head_offset + offs_dv[None, :], mask=mask)
+    return tl.where(mask, v, 0.0)
+
+
 # Running max starts finite: a row whose every key so far is masked keeps
 # m = NO_SCORE, so exp(-inf - m) = 0 and the rescale exp(m - m) = 1, never
 # the NaN of exp(-inf - -inf).

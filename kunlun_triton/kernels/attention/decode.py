@@ -21,7 +21,7 @@ one with a long context fill the device.
 import triton
 import triton.language as tl
 
-from .common import NO_SCORE, online_softmax_update, scores, soft_cap
+from .common import NO_SCORE, capped_scores, load_k_transposed, load_v, online_softmax_update
 
 
 @triton.jit
@@ -88,17 +88,10 @@ def decode_partial_kernel(
         slot = tl.load(kv_indices_ptr + kv_start + offs_n, mask=n_mask)
         slot = tl.where(n_mask, slot, 0).to(tl.int64)
 
-        k_mask = d_mask[:, None] & n_mask[None, :]
-        k_t = tl.load(k_buffer_ptr + slot[None, :] * kb_stride_s + kv_head * kb_stride_h + offs_d[:, None], mask=k_mask)
-        k_t = tl.where(k_mask, k_t, 0.0)
-        s = scores(q, k_t, USE_DOT, DOT_FP32) * sm_scale
-        if LOGIT_CAP > 0:
-            s = soft_cap(s, LOGIT_CAP)
+        k_t = load_k_transposed(k_buffer_ptr, slot, kb_stride_s, kv_head * kb_stride_h, offs_d, d_mask, n_mask)
+        s = capped_scores(q, k_t, sm_scale, LOGIT_CAP, USE_DOT, DOT_FP32)
         s = tl.where(n_mask[None, :], s, float("-inf"))
-
-        v_mask = n_mask[:, None] & dv_mask[None, :]
-        v = tl.load(v_buffer_ptr + slot[:, None] * vb_stride_s + kv_head * vb_stride_h + offs_dv[None, :], mask=v_mask)
-        v = tl.where(v_mask, v, 0.0)
+        v = load_v(v_buffer_ptr, slot, vb_stride_s, kv_head * vb_stride_h, offs_dv, dv_mask, n_mask)
         m_i, l_i, acc = online_softmax_update(s, v, m_i, l_i, acc, USE_DOT, DOT_FP32)
 
     has_keys = l_i > 0.0

@@ -16,7 +16,7 @@ last row (tiles past the causal diagonal are never loaded).
 import triton
 import triton.language as tl
 
-from .common import NO_SCORE, online_softmax_update, scores, soft_cap
+from .common import NO_SCORE, capped_scores, load_k_transposed, load_v, online_softmax_update
 
 
 @triton.jit
@@ -92,19 +92,13 @@ def extend_kernel(
         n_mask = offs_n < prefix_len
         slot = tl.load(kv_indices_ptr + kv_start + offs_n, mask=n_mask)
         slot = tl.where(n_mask, slot, 0).to(tl.int64)
-        k_mask = d_mask[:, None] & n_mask[None, :]
-        k_t = tl.load(k_buffer_ptr + slot[None, :] * kb_stride_s + kv_head * kb_stride_h + offs_d[:, None], mask=k_mask)
-        k_t = tl.where(k_mask, k_t, 0.0)
-        s = scores(q, k_t, USE_DOT, DOT_FP32) * sm_scale
-        if LOGIT_CAP > 0:
-            s = soft_cap(s, LOGIT_CAP)
+        k_t = load_k_transposed(k_buffer_ptr, slot, kb_stride_s, kv_head * kb_stride_h, offs_d, d_mask, n_mask)
+        s = capped_scores(q, k_t, sm_scale, LOGIT_CAP, USE_DOT, DOT_FP32)
         visible = m_mask[:, None] & n_mask[None, :]
         if WINDOW > 0:
             visible = visible & ((prefix_len + offs_m[:, None]) - offs_n[None, :] <= WINDOW)
         s = tl.where(visible, s, float("-inf"))
-        v_mask = n_mask[:, None] & dv_mask[None, :]
-        v = tl.load(v_buffer_ptr + slot[:, None] * vb_stride_s + kv_head * vb_stride_h + offs_dv[None, :], mask=v_mask)
-        v = tl.where(v_mask, v, 0.0)
+        v = load_v(v_buffer_ptr, slot, vb_stride_s, kv_head * vb_stride_h, offs_dv, dv_mask, n_mask)
         m_i, l_i, acc = online_softmax_update(s, v, m_i, l_i, acc, USE_DOT, DOT_FP32)
 
     # Stream 2: the new tokens themselves, causal; stop at this block's last row.
@@ -116,19 +110,13 @@ def extend_kernel(
         offs_n = n0 + tl.arange(0, BLOCK_N)
         n_mask = offs_n < hi
         keys = (q_start + offs_n).to(tl.int64)
-        k_mask = d_mask[:, None] & n_mask[None, :]
-        k_t = tl.load(k_extend_ptr + keys[None, :] * ke_stride_t + kv_head * ke_stride_h + offs_d[:, None], mask=k_mask)
-        k_t = tl.where(k_mask, k_t, 0.0)
-        s = scores(q, k_t, USE_DOT, DOT_FP32) * sm_scale
-        if LOGIT_CAP > 0:
-            s = soft_cap(s, LOGIT_CAP)
+        k_t = load_k_transposed(k_extend_ptr, keys, ke_stride_t, kv_head * ke_stride_h, offs_d, d_mask, n_mask)
+        s = capped_scores(q, k_t, sm_scale, LOGIT_CAP, USE_DOT, DOT_FP32)
         visible = m_mask[:, None] & n_mask[None, :] & (offs_n[None, :] <= offs_m[:, None])
         if WINDOW > 0:
             visible = visible & (offs_m[:, None] - offs_n[None, :] <= WINDOW)
         s = tl.where(visible, s, float("-inf"))
-        v_mask = n_mask[:, None] & dv_mask[None, :]
-        v = tl.load(v_extend_ptr + keys[:, None] * ve_stride_t + kv_head * ve_stride_h + offs_dv[None, :], mask=v_mask)
-        v = tl.where(v_mask, v, 0.0)
+        v = load_v(v_extend_ptr, keys, ve_stride_t, kv_head * ve_stride_h, offs_dv, dv_mask, n_mask)
         m_i, l_i, acc = online_softmax_update(s, v, m_i, l_i, acc, USE_DOT, DOT_FP32)
 
     has_keys = l_i > 0.0
