@@ -13,6 +13,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup-venv.sh
+rm -rf .test-results
 export KUNLUN_TRITON_STRICT_SKIPS=${KUNLUN_TRITON_STRICT_SKIPS:-1}
 export SGLANG_CUDA_COREDUMP_BEFORE_CRASH_WAIT_SECS=0
 
@@ -22,13 +23,14 @@ for stage in ${KUNLUN_TRITON_TEST_STAGES:-kernels sglang}; do
       VENV=.venv
       setup_venv test
       log "stage kernels: every test that needs no SGLang"
-      "$VENV/bin/python" -m pytest -m "not sglang" "$@"
+      "$VENV/bin/python" -m pytest -m "not sglang" --junitxml=.test-results/kernels.xml "$@"
       ;;
     sglang)
       VENV=.venv-sglang
       setup_venv "sglang,test" pinned-by-extras
       log "stage sglang: the plugin end to end, SGLang comparisons, lowering on SGLang's Triton"
-      KUNLUN_TRITON_REQUIRE_SGLANG=1 "$VENV/bin/python" -m pytest -k "sglang or lower" "$@"
+      KUNLUN_TRITON_REQUIRE_SGLANG=1 "$VENV/bin/python" -m pytest -k "sglang or lower" \
+        --junitxml=.test-results/sglang.xml "$@"
       ;;
     *)
       echo "unknown stage $stage (expected kernels or sglang)" >&2
@@ -36,3 +38,19 @@ for stage in ${KUNLUN_TRITON_TEST_STAGES:-kernels sglang}; do
       ;;
   esac
 done
+
+# One closing line over every stage (each stage's own summary scrolls by),
+# in the plain "N passed, N failed" form CI reads.
+"$PYTHON" - <<'PY'
+import glob
+import xml.etree.ElementTree as ET
+
+totals = dict(tests=0, failures=0, errors=0, skipped=0)
+for path in sorted(glob.glob(".test-results/*.xml")):
+    for suite in ET.parse(path).getroot().iter("testsuite"):
+        for key in totals:
+            totals[key] += int(suite.get(key, 0))
+failed = totals["failures"] + totals["errors"]
+passed = totals["tests"] - failed - totals["skipped"]
+print(f"total: {passed} passed, {failed} failed, {totals['skipped']} skipped")
+PY
