@@ -28,7 +28,11 @@ def _enable_interpreter_on_cpu() -> None:
 def _cmd_doctor(args) -> int:
     from .tools.doctor import doctor
 
-    return doctor(args.family or None, repeat=args.repeat, verbose=args.verbose)
+    try:
+        return doctor(args.family or None, repeat=args.repeat, verbose=args.verbose)
+    except ValueError as exc:  # an unknown family or op
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
 
 
 def _cmd_bench(args) -> int:
@@ -53,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("doctor", help="detected target, and every op checked against its reference")
-    p.add_argument("family", nargs="*", help="op families to check (default: all)")
+    p.add_argument("family", nargs="*", help="op families or op names to check (default: all)")
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--verbose", "-v", action="store_true")
     p.set_defaults(run=_cmd_doctor)

@@ -1,15 +1,25 @@
-"""Test session set-up: interpreter on CPU-only machines, hypothesis profiles.
+"""Test session set-up: interpreter on CPU-only machines, the Triton path
+forced, hypothesis profiles.
 
 TRITON_INTERPRET must be set before any kernel module is imported (Triton
 decides at decoration time), hence at conftest import.
+
+``KUNLUN_TRITON_BACKEND=triton``: an op whose kernel cannot run raises
+instead of falling back to its torch reference, so a kernel test never
+compares the reference with itself (with ``KUNLUN_TRITON_TARGET=torch`` the
+kernel tests fail). Tests of the fallback itself set the variable back.
+Kernel tests put their tensors on the target's device (`device` fixture,
+`strategies.DEVICE`).
 """
 
 import os
 
+import pytest
 import torch
 
 if not torch.cuda.is_available() and "TRITON_INTERPRET" not in os.environ:
     os.environ["TRITON_INTERPRET"] = "1"
+os.environ.setdefault("KUNLUN_TRITON_BACKEND", "triton")
 
 from hypothesis import HealthCheck, settings  # noqa: E402
 
@@ -46,13 +56,19 @@ elif _sglang_importable():
     os.environ.setdefault("SGLANG_PLATFORM", "kunlun")
 
 
+@pytest.fixture
+def device() -> str:
+    """The torch device the active target's kernels run on."""
+    from kunlun_triton.runtime import current_target
+
+    return current_target().device_type
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "sglang: needs SGLang installed (run in the sglang environment)")
 
 
 def pytest_collection_modifyitems(config, items):
-    import pytest
-
     for item in items:
         if "sglang" in item.path.name or "sglang" in item.path.parent.name:
             item.add_marker(pytest.mark.sglang)
@@ -63,8 +79,6 @@ def pytest_runtest_makereport(item, call):
     that cannot run must say so, not pass quietly."""
     if os.environ.get("KUNLUN_TRITON_STRICT_SKIPS") != "1" or call.excinfo is None:
         return None
-    import pytest
-
     if call.excinfo.errisinstance(pytest.skip.Exception):
         from _pytest.reports import TestReport
 

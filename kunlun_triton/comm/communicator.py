@@ -25,11 +25,11 @@ watchdog end a hang.
 from __future__ import annotations
 
 import datetime
-import os
 
 import torch
 import torch.distributed as dist
 
+from ..runtime.env import env_str
 from ..runtime.log import logger
 
 DEFAULT_TIMEOUT_S = 600.0
@@ -48,9 +48,9 @@ class CollectiveTimeout(CollectiveError):
 
 
 def default_backend(target_name: str | None = None) -> str:
-    forced = os.environ.get("KUNLUN_TRITON_DIST_BACKEND")
+    forced = env_str("KUNLUN_TRITON_DIST_BACKEND")
     if forced:
-        return forced.strip()
+        return forced
     if target_name is None:
         from ..runtime import current_target
 

@@ -26,10 +26,11 @@ twice, and, in checked mode, the error checks (one reduction each).
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import torch
+
+from ..runtime.env import env_flag
 
 
 class PoolError(ValueError):
@@ -40,7 +41,7 @@ class PoolError(ValueError):
 
 def checked_default() -> bool:
     """Checked mode is on unless ``KUNLUN_TRITON_POOL_CHECKED=0``."""
-    return os.environ.get("KUNLUN_TRITON_POOL_CHECKED", "1").lower() not in ("0", "false", "no", "off")
+    return env_flag("KUNLUN_TRITON_POOL_CHECKED", True)
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,9 @@
-"""Public ops: validate inputs, pick a config, launch the Triton kernel (or the
-torch reference where no Triton target runs). One module per op family.
+"""Public ops, one folder per op family (`norm`, `activation`, `rope`,
+`attention`, `sampling`), each holding its ``@triton.jit`` kernels, its
+launchers (validate, pick a config, launch; or run the torch reference where
+no Triton target runs), its pure-torch reference and its specs (`spec.OpSpec`:
+what doctor, bench and tune need). One name per op everywhere: function,
+config key in ``autotune_configs/``, dispatch-report key, bench row, test.
 
 Names resolve lazily, so importing this package compiles nothing and an op
 family that fails to import breaks only its own ops.
@@ -7,13 +11,13 @@ family that fails to import breaks only its own ops.
 
 import importlib
 
-_EXPORTS = {
+FAMILY_OF = {
     "rms_norm": "norm",
     "fused_add_rms_norm": "norm",
     "silu_and_mul": "activation",
     "gelu_and_mul": "activation",
     "rotary_embedding": "rope",
-    "store_kv": "kv_cache",
+    "store_kv": "attention",
     "decode_attention": "attention",
     "extend_attention": "attention",
     "sample": "sampling",
@@ -24,13 +28,13 @@ _EXPORTS = {
     "renorm_probs": "sampling",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = sorted(FAMILY_OF)
 
 
 def __getattr__(name):
-    if name not in _EXPORTS:
+    if name not in FAMILY_OF:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+    return getattr(importlib.import_module(f"{__name__}.{FAMILY_OF[name]}"), name)
 
 
 def __dir__():

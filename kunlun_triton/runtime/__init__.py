@@ -3,19 +3,29 @@
 from .capabilities import Capabilities, capabilities, launch_options, run_dtype
 from .config import ConfigError, clear_config_cache, get_config
 from .dispatch import DispatchError, dispatch_report, record_dispatch, reset_dispatch_report, use_triton
+from .dtypes import FLOAT_DTYPES, INDEX_DTYPES, dtype_name
+from .env import EnvError, env_choice, env_flag, env_float, env_str
 from .log import logger
 from .target import Target, current_target, detect_target
 
 __all__ = [
+    "FLOAT_DTYPES",
+    "INDEX_DTYPES",
     "Capabilities",
     "ConfigError",
-    "clear_config_cache",
     "DispatchError",
+    "EnvError",
     "Target",
     "capabilities",
+    "clear_config_cache",
     "current_target",
     "detect_target",
     "dispatch_report",
+    "dtype_name",
+    "env_choice",
+    "env_flag",
+    "env_float",
+    "env_str",
     "get_config",
     "launch_options",
     "logger",

@@ -1,6 +1,6 @@
 """What each target can do, so ops and configs never guess.
 
-Kunlun facts come from DESIGN.md (the Kunlun Triton backend's own tests and
+Kunlun facts come from docs/design.md (the Kunlun Triton backend's own tests and
 issues); they are reasoned, not measured here, since no card is reachable.
 """
 
@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .dtypes import FLOAT_DTYPES
 from .target import Target, current_target
 
 # Launch keywords only Kunlun's Triton accepts. Passing them to another target
@@ -38,7 +39,7 @@ class Capabilities:
     launch_knobs: frozenset = field(default=GENERIC_LAUNCH_KNOBS)
 
 
-_ALL_FLOATS = frozenset({torch.float32, torch.float16, torch.bfloat16})
+_ALL_FLOATS = frozenset(FLOAT_DTYPES)
 
 _PROFILES = {
     "cuda": Capabilities(_ALL_FLOATS, True, True, True, True, True, True),

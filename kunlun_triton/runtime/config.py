@@ -25,11 +25,11 @@ one, file by file (what ``kunlun-triton tune`` writes can live there).
 from __future__ import annotations
 
 import functools
-import os
 from pathlib import Path
 
 import yaml
 
+from .env import env_str
 from .target import Target, current_target
 
 SCALARS = (bool, int, float, str)
@@ -55,8 +55,9 @@ def shipped_config_dir() -> Path:
 
 def config_dirs() -> list[Path]:
     dirs = []
-    if os.environ.get("KUNLUN_TRITON_CONFIG_DIR"):
-        dirs.append(Path(os.environ["KUNLUN_TRITON_CONFIG_DIR"]))
+    user_dir = env_str("KUNLUN_TRITON_CONFIG_DIR")
+    if user_dir:
+        dirs.append(Path(user_dir))
     dirs.append(shipped_config_dir())
     return dirs
 

@@ -10,12 +10,12 @@ raises instead of falling back).
 
 from __future__ import annotations
 
-import os
 import threading
 from collections import defaultdict
 
 import torch
 
+from .env import env_choice
 from .log import debug_enabled, logger
 from .target import current_target
 
@@ -27,10 +27,7 @@ class DispatchError(RuntimeError):
 
 
 def forced_backend() -> str:
-    value = os.environ.get("KUNLUN_TRITON_BACKEND", "auto").strip().lower()
-    if value not in BACKENDS:
-        raise ValueError(f"KUNLUN_TRITON_BACKEND={value!r}; expected one of {', '.join(BACKENDS)}")
-    return value
+    return env_choice("KUNLUN_TRITON_BACKEND", BACKENDS, "auto")
 
 
 _lock = threading.Lock()

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import logging
-import os
+
+from .env import env_flag
 
 logger = logging.getLogger("kunlun_triton")
 
 
 def debug_enabled() -> bool:
-    return os.environ.get("KUNLUN_TRITON_DEBUG", "0").lower() in ("1", "true", "yes", "on")
+    return env_flag("KUNLUN_TRITON_DEBUG", False)
 
 
 def _configure() -> None:

@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-import os
 import shutil
 import subprocess
 from dataclasses import dataclass
+
+from .env import env_flag, env_str
 
 TARGET_NAMES = ("kunlun", "cuda", "hip", "interpreter", "torch")
 
@@ -40,7 +41,7 @@ class Target:
 
 
 def interpreter_enabled() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "yes", "on")
+    return env_flag("TRITON_INTERPRET", False)
 
 
 def _kunlun_present() -> str | None:
@@ -58,7 +59,7 @@ def _kunlun_present() -> str | None:
 
 def _kunlun_arch() -> str:
     # P800 is the only Kunlun Triton part today; KUNLUN_TRITON_ARCH overrides.
-    return os.environ.get("KUNLUN_TRITON_ARCH", "p800")
+    return env_str("KUNLUN_TRITON_ARCH", "p800")
 
 
 def _gpu_arch(torch) -> str:
@@ -74,8 +75,8 @@ def _forced(name: str) -> Target:
             f"KUNLUN_TRITON_TARGET={name!r} is not a target; expected one of {', '.join(TARGET_NAMES)}"
         )
     device = "cpu" if name in ("interpreter", "torch") else "cuda"
-    arch = os.environ.get("KUNLUN_TRITON_ARCH", "p800" if name == "kunlun" else ("cpu" if device == "cpu" else ""))
-    if name in ("cuda", "hip") and not os.environ.get("KUNLUN_TRITON_ARCH"):
+    arch = env_str("KUNLUN_TRITON_ARCH", "p800" if name == "kunlun" else ("cpu" if device == "cpu" else ""))
+    if name in ("cuda", "hip") and not env_str("KUNLUN_TRITON_ARCH"):
         import torch
 
         if torch.cuda.is_available():
@@ -86,9 +87,9 @@ def _forced(name: str) -> Target:
 @functools.lru_cache(maxsize=1)
 def detect_target() -> Target:
     """Detect once per process; ``detect_target.cache_clear()`` re-detects."""
-    forced = os.environ.get("KUNLUN_TRITON_TARGET")
+    forced = env_str("KUNLUN_TRITON_TARGET")
     if forced:
-        return _forced(forced.strip().lower())
+        return _forced(forced.lower())
     why = _kunlun_present()
     if why:
         return Target("kunlun", _kunlun_arch(), "cuda", why)

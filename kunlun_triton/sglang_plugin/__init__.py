@@ -5,8 +5,9 @@ Two entry points (both named ``kunlun``), declared in pyproject.toml:
 - ``sglang.srt.platforms``: :func:`activate` returns the platform class's
   qualified name, or ``None`` when it should stay out of the way;
 - ``sglang.srt.plugins``: :func:`register` runs early in every SGLang process
-  and registers the ``kunlun_triton`` attention backend, the sampling backend
-  and the fused-op forwards.
+  and applies the ``plugin`` scope of the install table (``install.py``):
+  the ``kunlun_triton`` attention and sampling backends, the fused-op
+  forwards and the report hooks.
 
 Activation rules:
 
@@ -54,7 +55,9 @@ def sglang_version() -> str | None:
 
 def check_sglang_version(found: str | None = None) -> str:
     """Raise :class:`UnsupportedSGLangVersion` unless SGLang is a tested version."""
-    if os.environ.get("KUNLUN_TRITON_ALLOW_ANY_SGLANG") == "1":
+    from kunlun_triton.runtime.env import env_flag
+
+    if env_flag("KUNLUN_TRITON_ALLOW_ANY_SGLANG", False):
         return found or sglang_version() or "unknown"
     found = found if found is not None else sglang_version()
     if found is None:
@@ -73,7 +76,9 @@ def check_sglang_version(found: str | None = None) -> str:
 
 
 def _gpu_target_forced() -> bool:
-    return os.environ.get("KUNLUN_TRITON_TARGET", "").strip().lower() in ("cuda", "hip")
+    from kunlun_triton.runtime.env import env_str
+
+    return (env_str("KUNLUN_TRITON_TARGET") or "").lower() in ("cuda", "hip")
 
 
 def _selected() -> bool:
@@ -142,9 +147,9 @@ def register() -> None:
             # Before any of our kernels is imported: Triton decides at
             # @triton.jit time whether a kernel runs in the interpreter.
             _enter_dev_mode()
-    from . import registration
+    from .install import install
 
-    registration.register_all()
+    install("plugin")
 
 
 __all__ = [

@@ -178,7 +178,3 @@ class KunlunTritonAttnBackend(AttentionBackend):
             check=self.check,
         )
         return o
-
-
-def create_kunlun_triton_backend(runner):
-    return KunlunTritonAttnBackend(runner)

@@ -37,20 +37,20 @@ traceable.
 
 from __future__ import annotations
 
-import os
 
 import torch
 
 COORDINATOR = "sglang.srt.distributed.parallel_state.GroupCoordinator"
 IMPL = "kunlun_triton.comm"
 _ATTR = "_kunlun_triton_comm"
-_installed = False
 
 
 def _timeout_s() -> float:
     # SGLang's own gloo groups wait two hours; a collective of the model
     # waits as long as the slowest rank's forward, so ten minutes by default.
-    return float(os.environ.get("KUNLUN_TRITON_COMM_TIMEOUT_S", "600"))
+    from kunlun_triton.runtime import env_float
+
+    return env_float("KUNLUN_TRITON_COMM_TIMEOUT_S", 600.0)
 
 
 def communicator(coord):
@@ -138,7 +138,8 @@ def broadcast(original, self, input_, src=0):
     return input_
 
 
-# Public methods and the private ones SGLang's custom ops call: the public
+# The AROUND hooks the install table registers on GroupCoordinator (scope
+# "platform"). Public methods and the private ones SGLang's custom ops call: the public
 # ones are taken whole because off CPU they go through those custom ops,
 # which on an out-of-tree platform are registered for PrivateUse1 only.
 HOOKS = {
@@ -151,21 +152,3 @@ HOOKS = {
     "_reduce_scatter_tensor": reduce_scatter_tensor,
     "broadcast": broadcast,
 }
-
-
-def install_collective_hooks() -> None:
-    """Register and apply the hooks, once per process. Called from the
-    platform's ``init_backend`` (so only when the kunlun platform is the
-    active one, never from the general plugin, which runs under any
-    platform)."""
-    global _installed
-    if _installed:
-        return
-    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
-
-    for method, hook in HOOKS.items():
-        target = f"{COORDINATOR}.{method}"
-        if not any(h is hook for _, h, _ in HookRegistry._hooks.get(target, [])):
-            HookRegistry.register(target, hook, HookType.AROUND)
-    HookRegistry.apply_hooks()
-    _installed = True

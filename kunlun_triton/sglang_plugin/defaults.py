@@ -66,7 +66,7 @@ def apply_dtype_policy(server_args) -> None:
 
 
 def apply_defaults(platform, server_args) -> None:
-    from .platform import ATTENTION_BACKEND, SAMPLING_BACKEND
+    from .install import ATTENTION_BACKEND, SAMPLING_BACKEND
 
     if _user_left_unset(server_args, "attention_backend", ("intel_amx", "torch_native")):
         server_args.attention_backend = ATTENTION_BACKEND

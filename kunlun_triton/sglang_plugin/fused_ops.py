@@ -25,7 +25,6 @@ import logging
 
 logger = logging.getLogger("kunlun_triton.sglang_plugin")
 
-_registered: dict[type, str] = {}
 
 
 def _rms_norm_forward(self, x, residual=None, post_residual_addition=None, quant_linear=None):
@@ -115,7 +114,8 @@ def _rotary_classes():
 
 
 def register_fused_ops(dispatch_key: str) -> dict[type, str]:
-    """Register our forwards under `dispatch_key`; returns {class: op name}."""
+    """Register our forwards under `dispatch_key` (the install table does, once);
+    returns {class: op name}."""
     from sglang.kernels.fused_op import BaseFusedOp
     from sglang.srt.layers.activation import GeluAndMul, SiluAndMul
     from sglang.srt.layers.layernorm import RMSNorm
@@ -123,13 +123,8 @@ def register_fused_ops(dispatch_key: str) -> dict[type, str]:
     table = [(RMSNorm, _rms_norm_forward, "rms_norm"), (SiluAndMul, _silu_and_mul_forward, "silu_and_mul"),
              (GeluAndMul, _gelu_and_mul_forward, "gelu_and_mul")]  # fmt: skip
     table += [(cls, _rotary_forward, "rotary_embedding") for cls in _rotary_classes()]
-    for cls, fn, name in table:
+    for cls, fn, _ in table:
         BaseFusedOp.register_oot_forward(cls, fn, dispatch_key)
-        _registered[cls] = name
     logger.debug("kunlun-triton fused ops registered under %r: %s", dispatch_key,
-                 ", ".join(sorted(c.__name__ for c in _registered)))  # fmt: skip
-    return dict(_registered)
-
-
-def registered_fused_ops() -> dict[type, str]:
-    return dict(_registered)
+                 ", ".join(sorted(cls.__name__ for cls, _, _ in table)))  # fmt: skip
+    return {cls: name for cls, _, name in table}

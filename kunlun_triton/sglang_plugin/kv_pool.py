@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import functools
-import os
 
 import torch
 from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool
@@ -91,7 +90,9 @@ def _kunlun_paged_allocator():
 
 def paged_allocator_cls():
     """Our paged allocator class, or None to keep SGLang's."""
-    if os.environ.get("KUNLUN_TRITON_ALLOCATOR", "kunlun").strip().lower() == "sglang":
+    from kunlun_triton.runtime import env_choice
+
+    if env_choice("KUNLUN_TRITON_ALLOCATOR", ("kunlun", "sglang"), "kunlun") == "sglang":
         return None
     try:
         return _kunlun_paged_allocator()

@@ -17,12 +17,9 @@ from sglang.srt.platforms.device_mixin import DeviceMixin, PlatformEnum
 from sglang.srt.platforms.interface import PlatformCapabilities, SRTPlatform
 
 from . import dev_mode
+from .install import ATTENTION_BACKEND, DISPATCH_KEY, install
 
 logger = logging.getLogger("kunlun_triton.sglang_plugin")
-
-ATTENTION_BACKEND = "kunlun_triton"
-SAMPLING_BACKEND = "kunlun_triton"
-DISPATCH_KEY = "kunlun"
 
 
 class KunlunDeviceMixin(DeviceMixin):
@@ -158,13 +155,10 @@ class _KunlunSRTPlatformBase(SRTPlatform):
         return torch.device(f"cuda:{local_rank}")
 
     def init_backend(self) -> None:
-        from .collectives import install_collective_hooks
-        from .registration import register_all
-
-        register_all()
+        install("plugin")
         # Only here, on the active kunlun platform: the general plugin also
         # runs under other platforms, whose collectives must stay theirs.
-        install_collective_hooks()
+        install("platform")
 
     def apply_server_args_defaults(self, server_args) -> None:
         from .defaults import apply_defaults

@@ -1,10 +1,12 @@
 """Fetch kunlun-triton's dispatch report from SGLang's scheduler processes.
 
 The kernels run in the scheduler (one process per TP rank), not in the
-process holding the ``sglang.Engine``. The general plugin gives SGLang's
-``Scheduler`` one extra method, called through ``Engine.collective_rpc``: each
-rank writes ``{target, pid, tp_rank, ops: dispatch_report()}`` to a JSON file,
-which :func:`engine_dispatch_report` reads back.
+process holding the ``sglang.Engine``. ``Engine.collective_rpc(method)``
+reaches every rank's ``Scheduler.handle_rpc_request``, which our AROUND hook
+answers for the method ``kunlun_triton_dispatch_report`` (and passes every
+other method on): each rank writes ``{target, pid, tp_rank, ops:
+dispatch_report()}`` to a JSON file, which :func:`engine_dispatch_report`
+reads back. The hooks are in the install table (``install.py``).
 
 An HTTP server has no RPC endpoint, so an AFTER hook on
 ``Scheduler.get_internal_state`` also adds the same record under
@@ -20,10 +22,7 @@ import os
 import tempfile
 from pathlib import Path
 
-RPC_METHOD = "kunlun_triton_dump_dispatch_report"
-
-
-INTERNAL_STATE_TARGET = "sglang.srt.managers.scheduler.Scheduler.get_internal_state"
+RPC_METHOD = "kunlun_triton_dispatch_report"
 STATE_KEY = "kunlun_triton"
 
 
@@ -39,10 +38,23 @@ def _record() -> dict:
     return {"target": current_target().name, "pid": os.getpid(), "tp_rank": rank, "ops": dispatch_report()}
 
 
-def _dump_dispatch_report(self, path: str) -> None:
-    data = _record()
-    out = Path(path) / f"rank{data['tp_rank']}.json"
-    out.write_text(json.dumps(data, default=str))
+def answer_report_rpc(original, self, recv_req):
+    """AROUND hook on ``Scheduler.handle_rpc_request``: our method writes this
+    rank's record to ``parameters["path"]``; any other goes to SGLang."""
+    if getattr(recv_req, "method", None) != RPC_METHOD:
+        return original(self, recv_req)
+    from sglang.srt.managers.io_struct import RpcReqOutput
+    from torch.distributed import barrier
+
+    try:
+        data = _record()
+        out = Path(recv_req.parameters["path"]) / f"rank{data['tp_rank']}.json"
+        out.write_text(json.dumps(data, default=str))
+        success, message = True, ""
+    except Exception as exc:  # answered like SGLang's own RPCs: success False and why
+        success, message = False, f"{type(exc).__name__}: {exc}"
+    barrier(group=self.tp_group.cpu_group)  # as SGLang's handle_rpc_request does
+    return RpcReqOutput(success=success, message=message)
 
 
 def add_report_to_internal_state(result, *args, **kwargs):
@@ -54,18 +66,6 @@ def add_report_to_internal_state(result, *args, **kwargs):
     if isinstance(state, dict) and type(current_platform).__module__.startswith("kunlun_triton."):
         state[STATE_KEY] = _record()
     return result
-
-
-def install_scheduler_rpc() -> None:
-    from sglang.srt.managers.scheduler import Scheduler
-    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
-
-    if getattr(Scheduler, RPC_METHOD, None) is None:
-        setattr(Scheduler, RPC_METHOD, _dump_dispatch_report)
-    hooks = HookRegistry._hooks.get(INTERNAL_STATE_TARGET, [])
-    if not any(h is add_report_to_internal_state for _, h, _ in hooks):
-        HookRegistry.register(INTERNAL_STATE_TARGET, add_report_to_internal_state, HookType.AFTER)
-        HookRegistry.apply_hooks()
 
 
 def engine_dispatch_report(engine) -> dict:

@@ -4,9 +4,9 @@ Every argument goes to ``sglang.launch_server`` unchanged; the platform is
 selected (``SGLANG_PLATFORM=kunlun``) and ``--model-path tiny-llama`` /
 ``tiny-qwen2`` builds and serves a tiny random model (no hub access needed).
 
-At start it prints the plan: the target, and which of our ops each SGLang
-layer is routed to (attention backend, sampler, fused ops, collectives),
-from the arguments. The dispatch report of this process would be empty (the
+At start it prints the routing plan, one line per touchpoint of the install
+table (``install.py``): what it routes to which of our ops, and whether the
+arguments use it (attention and sampling backend, collectives). The dispatch report of this process would be empty (the
 kernels run in the scheduler processes), so once the server has run a request
 (SGLang's warmup is one) it prints the tp-rank-0 scheduler's real report,
 fetched from ``GET /server_info`` (``internal_states[*]["kunlun_triton"]``,
@@ -45,13 +45,6 @@ def _resolve_tiny(argv: list[str]) -> list[str]:
     return argv
 
 
-# Which of our ops each SGLang layer reaches (attention.py, sampler.py,
-# fused_ops.py, collectives.py).
-ATTENTION_OPS = "decode_attention, extend_attention, store_kv"
-SAMPLING_OPS = "greedy, sample"
-COLLECTIVES = "all_reduce, all_gather, reduce_scatter, broadcast"
-
-
 def _kernels_or_references() -> str:
     from kunlun_triton.runtime import current_target
     from kunlun_triton.runtime.dispatch import forced_backend
@@ -62,44 +55,49 @@ def _kernels_or_references() -> str:
     return "Triton kernels" if target.is_triton else f"torch references ({target.reason})"
 
 
-def _route(flag: str, chosen, ours: str, ops: str) -> str:
+def _route(flag: str, chosen, ours: str, routes: str) -> str:
     if chosen in (None, ours):
         how = "platform default" if chosen is None else f"--{flag}"
-        return f"{ours} ({how}) -> {ops}"
+        return f"{ours} ({how}): {routes}"
     return f"{chosen} (--{flag}): SGLang's own, not ours"
 
 
+def _status(point, server_args) -> str:
+    """What a touchpoint does for these arguments."""
+    from .install import ATTENTION_BACKEND, SAMPLING_BACKEND
+
+    if point.name == "attention backend":
+        return _route("attention-backend", server_args.attention_backend, ATTENTION_BACKEND, point.routes)
+    if point.name == "sampling backend":
+        return _route("sampling-backend", server_args.sampling_backend, SAMPLING_BACKEND, point.routes)
+    if point.name == "collectives":
+        tp = int(getattr(server_args, "tp_size", 1) or 1)
+        return f"{point.routes}: on (tp_size {tp})" if tp > 1 else "off (tp_size 1)"
+    return point.routes
+
+
 def plan(server_args) -> str:
-    """What the server will run, from the arguments: the launching process
-    runs no op itself (the schedulers do), so its dispatch report is empty."""
+    """What the server will run, from the install table and the arguments:
+    the launching process runs no op itself (the schedulers do), so its
+    dispatch report is empty."""
     from kunlun_triton import current_target
-    from kunlun_triton.runtime import capabilities
+    from kunlun_triton.runtime import capabilities, env_str
 
     from . import SUPPORTED_SGLANG_VERSIONS, dev_mode, sglang_version
-    from .fused_ops import registered_fused_ops
-    from .platform import ATTENTION_BACKEND, DISPATCH_KEY, SAMPLING_BACKEND
+    from .install import TOUCHPOINTS
 
-    fused: dict[str, list[str]] = {}
-    for cls, op in registered_fused_ops().items():
-        fused.setdefault(op, []).append(cls.__name__)
-    fused_line = "; ".join(f"{', '.join(sorted(c))} -> {op}" for op, c in sorted(fused.items()))
-    tp = int(getattr(server_args, "tp_size", 1) or 1)
     lines = [
         f"kunlun-triton serve: SGLang {sglang_version()} (supported: {', '.join(SUPPORTED_SGLANG_VERSIONS)})",
         f"  platform:    kunlun ({'development mode: CPU + Triton interpreter' if dev_mode() else 'device'})",
         f"  target:      {current_target()}",
         f"  our ops run: {_kernels_or_references()}"
-        f" (KUNLUN_TRITON_BACKEND={os.environ.get('KUNLUN_TRITON_BACKEND', 'auto')})",
-        "  plan (the launching process runs no op; the schedulers' report follows once the server is up):",
-        "    attention:   " + _route("attention-backend", server_args.attention_backend, ATTENTION_BACKEND, ATTENTION_OPS),
-        "    sampling:    " + _route("sampling-backend", server_args.sampling_backend, SAMPLING_BACKEND, SAMPLING_OPS),
-        f"    fused ops:   (dispatch key {DISPATCH_KEY}) {fused_line or 'none registered'}",
-        "    collectives: "
-        + (f"GroupCoordinator {COLLECTIVES} -> kunlun_triton.comm TPCommunicator (tp_size {tp})" if tp > 1
-           else "none (tp_size 1)"),  # fmt: skip
+        f" (KUNLUN_TRITON_BACKEND={env_str('KUNLUN_TRITON_BACKEND', 'auto')})",
+        "  routing plan (the install table; the schedulers' report follows once the server is up):",
     ]
+    width = max(len(p.name) for p in TOUCHPOINTS)
+    lines += [f"    {p.name:<{width}}  [{p.kind}] {p.sglang} -> {_status(p, server_args)}" for p in TOUCHPOINTS]
     if not capabilities().bf16_complete:
-        lines.append("    dtype:       bf16 is incomplete on this target: a bf16 model runs in float16")
+        lines.append("    dtype: bf16 is incomplete on this target: a bf16 model runs in float16")
     return "\n".join(lines)
 
 

@@ -1,23 +1,29 @@
 """Tools for people writing and testing kernels in this package.
 
 - `TOLERANCES`, `tolerance`, `assert_close`: per-dtype comparison with a reference.
-- `strategies`: hypothesis strategies for shapes, dtypes and strided rows.
 - `KernelSpec`, `assert_lowers`, `compile_ahead_of_time`: prove a kernel lowers
   for CUDA sm_90 and HIP gfx942 without a device.
+- `paged`: paged KV pools and decode/extend argument sets for attention.
+- `SHIPPED_TARGETS`: run an op with another target's configs.
+
+Imports nothing beyond torch and triton (no hypothesis: the tools import this).
 """
 
-from . import strategies
+from . import paged
 from .aot import AOT_TARGETS, KernelSpec, assert_lowers, compile_ahead_of_time
+from .targets import SHIPPED_TARGETS, target_id
 from .tolerances import TOLERANCES, assert_close, max_abs_error, tolerance
 
 __all__ = [
     "AOT_TARGETS",
     "KernelSpec",
+    "SHIPPED_TARGETS",
     "TOLERANCES",
     "assert_close",
     "assert_lowers",
     "compile_ahead_of_time",
     "max_abs_error",
-    "strategies",
+    "paged",
+    "target_id",
     "tolerance",
 ]

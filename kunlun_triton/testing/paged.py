@@ -10,10 +10,6 @@ requests that share a prompt prefix (a radix-cache hit) list the same slots.
   pages scattered over the pool (permuted assignment) and optionally a
   prefix shared by every request; plain function, usable on any device.
 - `decode_batch(...)` / `extend_batch(...)`: a full set of op arguments.
-- hypothesis strategies `decode_cases()` / `extend_cases()` draw batch sizes,
-  ragged lengths (empty ones included), head counts and group sizes, head
-  dims, page sizes 1/16/64/128, scrambled slots, shared prefixes, logit caps
-  and sliding windows. Sizes stay tiny: tests run under the interpreter.
 """
 
 from __future__ import annotations
@@ -22,13 +18,6 @@ import math
 from dataclasses import dataclass, field
 
 import torch
-from hypothesis import strategies as st
-
-PAGE_SIZES = (1, 16, 64, 128)
-HEAD_DIMS = (13, 64, 80, 96, 128, 256)
-# (kv_heads, group): MHA, GQA, an odd group, MQA
-HEAD_LAYOUTS = ((2, 1), (2, 4), (1, 3), (1, 8))
-FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
 @dataclass
@@ -178,52 +167,3 @@ def extend_batch(prefix_lens, extend_lens, *, q_heads, kv_heads, head_dim, v_hea
     return ExtendBatch(rand(q_heads, head_dim), rand(kv_heads, head_dim), rand(kv_heads, v_head_dim),
                        _indptr(list(extend_lens), device), pool, list(extend_lens), head_dim**-0.5,
                        logit_cap, sliding_window)
-
-
-# ---- hypothesis strategies -------------------------------------------------
-
-
-def page_sizes():
-    return st.sampled_from(PAGE_SIZES)
-
-
-def head_layouts():
-    """(kv_heads, group) pairs: MHA, GQA, odd group, MQA."""
-    return st.sampled_from(HEAD_LAYOUTS)
-
-
-def ragged_lengths(max_batch: int = 4, max_len: int = 40, min_len: int = 0):
-    return st.lists(st.integers(min_len, max_len), min_size=1, max_size=max_batch)
-
-
-@st.composite
-def _common(draw, dtype, head_dim, max_len):
-    kv_heads, group = draw(head_layouts())
-    return dict(
-        dtype=draw(st.sampled_from(FLOAT_DTYPES)) if dtype is None else dtype,
-        head_dim=draw(st.sampled_from(HEAD_DIMS)) if head_dim is None else head_dim,
-        kv_heads=kv_heads,
-        q_heads=kv_heads * group,
-        page_size=draw(page_sizes()),
-        seed=draw(st.integers(0, 2**31 - 1)),
-        logit_cap=draw(st.sampled_from([0.0, 0.0, 5.0])),
-        sliding_window=draw(st.sampled_from([None, None, draw(st.integers(1, max_len))])),
-        shared_prefix_pages=draw(st.sampled_from([0, 0, 1])),
-    )
-
-
-@st.composite
-def decode_cases(draw, dtype=None, head_dim=None, max_batch: int = 4, max_len: int = 40) -> DecodeBatch:
-    """A decode batch: ragged context lengths (0 allowed), scrambled paged slots."""
-    kw = draw(_common(dtype, head_dim, max_len))
-    lens = draw(ragged_lengths(max_batch, max_len))
-    return decode_batch(lens, **kw)
-
-
-@st.composite
-def extend_cases(draw, dtype=None, head_dim=None, max_batch: int = 3, max_prefix: int = 40, max_extend: int = 24) -> ExtendBatch:
-    """An extend batch: ragged prefixes (0 allowed) and extends (0 allowed)."""
-    kw = draw(_common(dtype, head_dim, max_prefix + max_extend))
-    prefix = draw(ragged_lengths(max_batch, max_prefix))
-    extend = draw(st.lists(st.integers(0, max_extend), min_size=len(prefix), max_size=len(prefix)))
-    return extend_batch(prefix, extend, **kw)

@@ -1,7 +1,10 @@
 """Run an op with another target's shipped configs, under the interpreter.
 
 A config that breaks a kernel's maths (ragged tiles, head splits, several
-rows per program) then fails on this machine, not first on the card.
+rows per program) then fails on this machine, not first on the card::
+
+    for target in SHIPPED_TARGETS:
+        rms_norm(x, w, config=get_config("rms_norm", target=target, hidden_size=x.shape[-1]))
 """
 
 from __future__ import annotations
@@ -20,10 +23,3 @@ SHIPPED_TARGETS = (
 def target_id(target: Target) -> str:
     """A pytest id: ``cuda-sm_90``."""
     return f"{target.name}-{target.arch}"
-
-
-def use_configs_of(monkeypatch, op_module, target: Target) -> None:
-    """Make `op_module` look its launch configs up for `target` for the rest
-    of the test (`monkeypatch` is pytest's fixture)."""
-    real = op_module.get_config
-    monkeypatch.setattr(op_module, "get_config", lambda op, **shape: real(op, target=target, **shape))

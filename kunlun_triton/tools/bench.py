@@ -1,9 +1,10 @@
 """`kunlun-triton bench`: time every implementation of each case side by side.
 
-Each family module (`tools/families/`) yields `BenchCase`s; this runs them
-and returns one row per (case, impl) with time, GB/s, fraction of peak and
-the ratios against the case's baseline (the torch reference) and against
-SGLang's kernel where the family offers one, all measured in the same run.
+Cases come from the op specs (`kunlun_triton.ops.spec`: each op's bench
+shapes for the model preset) and the allocator's serving trace; this runs
+them and returns one row per (case, impl) with time, GB/s, fraction of peak
+and the ratios against the case's baseline (the torch reference) and against
+SGLang's kernel where one is importable, all measured in the same run.
 `report` turns the rows into a table, JSON, CSV and a plot.
 """
 
@@ -12,68 +13,60 @@ from __future__ import annotations
 import sys
 import traceback
 
-from . import families as _families
-from .checks import BenchCase
+from . import allocator_bench
+from .checks import BenchCase, bench_cases, select_specs
 from .presets import MODEL_PRESETS, PRESET_FIELDS, peak_bandwidth_gbps, presets_for
 from .report import ProgressBar, text_table, write_outputs
 from .timing import time_call
 
 # Impls every other impl of a case is compared with, when the case has them.
 COMPARED_WITH = ("torch", "sglang")
+EXTRA_FAMILIES = ("allocator",)
 
 
-def _select(names, modules) -> tuple[list[str], list[str], set[str]]:
-    """(modules to ask for cases, family names given, op names given)."""
-    fams = [n for n in names if n in modules]
-    ops = {n for n in names if n not in modules}
-    return (sorted(modules) if ops or not fams else fams), fams, ops
+def sglang_baselines() -> dict:
+    """``{op: {"sglang": fn(case) -> thunk}}`` from SGLang's own kernels, or
+    ``{}`` where SGLang is absent or does not import: the bench then simply
+    has no ``sglang`` column."""
+    import importlib
+    import importlib.util
+
+    if importlib.util.find_spec("sglang") is None:
+        return {}
+    try:
+        module = importlib.import_module("kunlun_triton.sglang_plugin.baselines")
+        return module.bench_baselines()
+    except Exception:  # an SGLang that does not import is treated as absent
+        return {}
 
 
-def collect_cases(families, preset_name: str, args) -> list[BenchCase]:
-    """The cases of `families` (family or op names; empty: all) for the
-    preset, with ``args.shapes`` (from ``--shape``) applied: preset fields
-    replace the preset's, other keys reach the families through
-    `presets.shape_values` and also filter the cases whose params name them."""
-    modules = _families.family_modules()
-    names = list(families or [])
-    selected, fams, ops = _select(names, modules)
+def collect_cases(names, preset_name: str, args) -> list[BenchCase]:
+    """The cases of `names` (family or op names; empty: all) for the preset,
+    with ``args.shapes`` (from ``--shape``) applied: preset fields replace the
+    preset's, other keys replace the values a case's shape sweeps."""
+    from ..runtime import current_target
+
+    names = list(names or [])
+    specs = select_specs(names, EXTRA_FAMILIES)
     shapes = getattr(args, "shapes", None) or {}
-    cases = []
-    seen = set()
-    for preset in presets_for(MODEL_PRESETS[preset_name], shapes):
-        for name in selected:
-            try:
-                family_cases = list(modules[name].bench_cases(preset, args))
-            except Exception as exc:  # one broken family must not hide the others' numbers
-                print(f"warning: family {name}: bench_cases raised {type(exc).__name__}: {exc}", file=sys.stderr)
-                continue
-            for case in family_cases:
-                # a case that reads no overridden preset field repeats per variant
-                key = (case.family, case.op, tuple((k, str(v)) for k, v in case.params.items()))
-                if key not in seen:
-                    seen.add(key)
-                    cases.append(case)
-    if ops:
-        known = {c.op for c in cases}
-        unknown = sorted(ops - known)
-        if unknown:
-            raise SystemExit(
-                f"unknown op family or op {unknown}; families: {', '.join(sorted(modules))}; "
-                f"ops: {', '.join(sorted(known)) or '(none)'}"
-            )
-        cases = [c for c in cases if c.op in ops or c.family in fams]
     sweep = {k: v for k, v in shapes.items() if k not in PRESET_FIELDS}
+    quick = bool(getattr(args, "quick", False))
+    device = current_target().device_type
+    baselines = sglang_baselines()
+    cases, seen = [], set()
+    for preset in presets_for(MODEL_PRESETS[preset_name], shapes):
+        for case in bench_cases(specs, preset, quick, sweep, device, baselines):
+            key = (case.op, repr(sorted(case.params.items())))
+            if key not in seen:  # a case that reads no overridden preset field repeats per variant
+                seen.add(key)
+                cases.append(case)
+    if not names or "allocator" in names:
+        cases += allocator_bench.bench_cases(quick, sweep, device)
     used = {k for c in cases for k in c.params}
-    for key, values in sweep.items():
-        if key in used:
-            cases = [c for c in cases if key not in c.params or _value_in(c.params[key], values)]
-        else:
+    for key in sweep:
+        if key not in used:
             print(f"warning: --shape {key}=... matches no param of the selected cases", file=sys.stderr)
     return cases
-
-
-def _value_in(value, values) -> bool:
-    return any(value == v or str(value) == str(v) for v in values)
 
 
 def _time_impl(fn, warmup, repeat) -> tuple[object, str | None]:
@@ -85,13 +78,18 @@ def _time_impl(fn, warmup, repeat) -> tuple[object, str | None]:
 
 def run_case(case: BenchCase, warmup: int, repeat: int, peak_gbps: float | None) -> list[dict]:
     rows = []
-    for impl, fn in case.impls.items():
+    try:
+        impls, bytes_moved, _ = case.build()
+    except Exception as exc:  # one broken case must not end the run
+        error = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
+        return [{"family": case.family, "op": case.op, **case.params, "impl": "-", "time_us": None, "error": error}]
+    for impl, fn in impls.items():
         timing, error = _time_impl(fn, warmup, repeat)
         row = {"family": case.family, "op": case.op, **case.params, "impl": impl}
         if timing is None:
             row.update(time_us=None, gbps=None, peak_fraction=None, clock=None, error=error)
         else:
-            gbps = case.bytes_moved / timing.median_s / 1e9 if case.bytes_moved else None
+            gbps = bytes_moved / timing.median_s / 1e9 if bytes_moved else None
             row.update(
                 time_us=timing.median_s * 1e6,
                 gbps=gbps,
@@ -102,7 +100,7 @@ def run_case(case: BenchCase, warmup: int, repeat: int, peak_gbps: float | None)
         rows.append(row)
     for other in dict.fromkeys((case.baseline, *COMPARED_WITH)):
         base = next((r for r in rows if r["impl"] == other and r["time_us"]), None)
-        if other not in case.impls:
+        if other not in impls:
             continue
         for r in rows:
             r["speedup_vs_" + other] = base["time_us"] / r["time_us"] if base and r["time_us"] else None
@@ -183,10 +181,14 @@ def main_from_args(args) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    cases = collect_cases(args.family, args.preset, args)
+    try:
+        cases = collect_cases(args.family, args.preset, args)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     if getattr(args, "list", False):
         for case in cases:
-            print(f"{_case_label(case)}  impls: {', '.join(case.impls)}")
+            print(_case_label(case))
         return 0
     if not cases:
         print("no bench cases (no op family offers any for this selection)", file=sys.stderr)

@@ -1,6 +1,6 @@
 """`kunlun-triton convert-weights`: a safetensors checkpoint in another dtype.
 
-For targets whose bf16 support is incomplete (Kunlun, see DESIGN.md): write
+For targets whose bf16 support is incomplete (Kunlun, see docs/design.md): write
 an fp16 copy of a Hugging Face checkpoint into a new directory::
 
     kunlun-triton convert-weights --model-path Llama-3-8B --dtype fp16 --output Llama-3-8B-fp16

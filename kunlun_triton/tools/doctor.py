@@ -1,9 +1,10 @@
 """`kunlun-triton doctor`: what this machine runs, and is every op right?
 
 Prints the detected target and why, the device count, torch and Triton
-versions, then for every op: which implementation ran, the max error against
-its torch reference on a small input, and the time per call. Exits 1 when an
-op is wrong or raises.
+versions, then for every op (each spec's doctor inputs, see
+`kunlun_triton.ops.spec`) and the KV allocator: which implementation ran,
+the error against its torch reference on a small input, and the time per
+call. Exits 1 when a check is wrong or raises.
 """
 
 from __future__ import annotations
@@ -13,37 +14,30 @@ import traceback
 
 import torch
 
-from ..runtime import current_target, dispatch_report, reset_dispatch_report
-from ..testing.tolerances import max_abs_error, tolerance
-from .checks import OpCheck
-from .families import family_modules
+from ..runtime import current_target, dispatch_report, dtype_name, reset_dispatch_report
+from . import allocator_bench
+from .checks import OpCheck, doctor_checks, select_specs
 from .timing import time_call
 
 
-def _as_tuple(x):
-    return tuple(x) if isinstance(x, (tuple, list)) else (x,)
-
-
-def compare(check: OpCheck, out, ref) -> tuple[float, bool]:
-    if check.compare is not None:
-        return check.compare(out, ref)
-    atol, rtol = tolerance(check.dtype)
-    atol = check.atol if check.atol is not None else atol
-    rtol = check.rtol if check.rtol is not None else rtol
-    err, ok = 0.0, True
-    for a, b in zip(_as_tuple(out), _as_tuple(ref)):
-        err = max(err, max_abs_error(a, b))
-        ok = ok and a.shape == b.shape and torch.allclose(a.double(), b.double(), atol=atol, rtol=rtol, equal_nan=True)
-    return err, ok
+def all_checks(names=None, device: str | None = None) -> list[OpCheck]:
+    """The doctor checks of the named op families or ops (all when none),
+    then the allocator's (when all, or ``allocator`` is named)."""
+    device = device or current_target().device_type
+    names = list(names or [])
+    checks = doctor_checks(select_specs(names, ("allocator",)), device)
+    if not names or "allocator" in names:
+        checks += allocator_bench.doctor_checks(device)
+    return checks
 
 
 def run_check(check: OpCheck, repeat: int) -> dict:
-    row = {"op": check.op, "dtype": str(check.dtype).replace("torch.", "")}
+    row = {"op": check.op, "dtype": dtype_name(check.dtype)}
     try:
         out = check.run()
-        err, ok = compare(check, out, check.reference())
+        err, ok = check.compare(out, check.reference())
         timing = time_call(check.run, warmup=1, repeat=repeat)
-        impl = dispatch_report().get(check.op, {}).get("impl", "?")
+        impl = dispatch_report().get(check.op, {}).get("impl", "-")
         row.update(impl=impl, max_error=err, ok=ok, time_us=timing.median_s * 1e6)
     except Exception as exc:  # a doctor reports, it does not crash on the first bad op
         row.update(impl="error", max_error=None, ok=False, time_us=None, error=f"{type(exc).__name__}: {exc}")
@@ -67,25 +61,25 @@ def header_lines() -> list[str]:
     ]
 
 
-def doctor(families=None, repeat: int = 3, verbose: bool = False) -> int:
+def doctor(names=None, repeat: int = 3, verbose: bool = False) -> int:
+    """Print the checks of the named op families or ops (all when none);
+    exit status 1 when one is wrong or raises. Unknown names: ValueError."""
+    checks = all_checks(names)
     for line in header_lines():
         print(line)
     reset_dispatch_report()
-    device = current_target().device_type
-    modules = family_modules()
     rows = []
-    for name in families or sorted(modules):
-        for check in modules[name].doctor_checks(device):
-            rows.append(run_check(check, repeat))
-            r = rows[-1]
-            err = "-" if r["max_error"] is None else f"{r['max_error']:.2e}"
-            t = "-" if r["time_us"] is None else f"{r['time_us']:.0f} us"
-            status = "ok" if r["ok"] else "WRONG"
-            print(f"  {r['op']:<28} {r['dtype']:<9} {r['impl']:<7} max_err {err:<9} {t:>12}  {status}")
-            if "error" in r:
-                print(f"    {r['error']}")
-                if verbose:
-                    print(r["traceback"])
+    for check in checks:
+        rows.append(run_check(check, repeat))
+        r = rows[-1]
+        err = "-" if r["max_error"] is None else f"{r['max_error']:.2e}"
+        t = "-" if r["time_us"] is None else f"{r['time_us']:.0f} us"
+        status = "ok" if r["ok"] else "WRONG"
+        print(f"  {r['op']:<28} {r['dtype']:<9} {r['impl']:<7} max_err {err:<9} {t:>12}  {status}")
+        if "error" in r:
+            print(f"    {r['error']}")
+            if verbose:
+                print(r["traceback"])
     bad = [r["op"] for r in rows if not r["ok"]]
     fallbacks = sorted({r["op"] for r in rows if r["impl"] == "torch"})
     print(f"\n{len(rows) - len(bad)}/{len(rows)} op checks ok", end="")

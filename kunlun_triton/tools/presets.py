@@ -1,12 +1,12 @@
 """Model shapes for benchmarks, command-line shape overrides, and peak
 bandwidths per device.
 
-Shapes reach an op family's ``bench_cases(preset, args)`` two ways:
+Shapes reach an op spec's ``bench_shapes(preset, quick)`` two ways:
 
 - the model preset (``--preset``), whose fields a ``--shape`` may replace
   (``--shape hidden_size=1024,2048`` benchmarks both widths: one preset each);
-- sweeps a family reads with ``shape_values(args, "batch", default)``; a
-  ``--shape batch=1,8`` replaces the default list.
+- any other ``--shape`` key replaces the values of that key in the spec's
+  shapes (``--shape batch=1,8``; `checks.expand`).
 
 ``--shape`` takes ``key=v1,v2,...`` and may hold several keys
 (``batch=1,8,context_len=512,4096``) or be repeated.
@@ -93,13 +93,6 @@ def parse_shapes(specs) -> dict[str, list]:
                 raise ValueError(f"--shape {spec!r}: a value {token!r} comes before any key=")
             shapes[key].append(_scalar(token.strip()))
     return shapes
-
-
-def shape_values(args, name: str, default):
-    """The values to sweep for `name`: ``--shape name=...`` if given, else
-    `default` (a list). Families call this for each axis they sweep."""
-    shapes = getattr(args, "shapes", None) or {}
-    return list(shapes[name]) if name in shapes else list(default)
 
 
 def presets_for(preset: ModelPreset | str, shapes: dict | None) -> list[ModelPreset]:

@@ -1,22 +1,13 @@
 """`kunlun-triton tune OP`: search launch configs on this device and write
 the winners where the runtime looks for them.
 
-An op family offers its search space with a hook in its tools module::
-
-    def tune_space(preset, args) -> list[TuneTask | tuple]:
-        # (op, shape, make_thunk, candidates) per shape to tune
-        ...
-
-`shape` holds the dimensions the op passes to ``get_config(op, **shape)``
-(a rule naming any other dimension is a config error at lookup time);
-``make_thunk(config)`` builds the inputs once and returns a no-argument
-callable that launches the kernel with `config` (it may raise for a config
-the kernel rejects: that candidate is skipped). `candidates` is a list of
-config dicts (upper-case keys: constexpr meta-params, lower-case: launch
-options). The real families build their thunks with
-`families._tuning.checked_thunk`: the public op launches with the candidate
-injected into its ``get_config`` lookup, and runs once against the torch
-reference first, so a candidate that computes the wrong thing never wins.
+The search space is each op's spec (`kunlun_triton.ops.spec`):
+``tune_candidates(quick)`` at ``tune_shapes(preset, quick)``. A task is one
+shape of one op, keyed by the dims the op looks its config up by. Each
+candidate runs through the public op with ``config=`` the looked-up config
+overlaid by the candidate (exactly what the runtime returns once the
+candidate is written to a tuned file), first once against the torch
+reference: a candidate that computes the wrong thing fails and never wins.
 
 Each candidate is timed with `timing.time_call` (median of synchronised
 repeats, wall clock where events are unreliable); the fastest per shape wins.
@@ -36,18 +27,16 @@ from __future__ import annotations
 import argparse
 import datetime
 import sys
-from collections import Counter, namedtuple
+from collections import Counter
 from pathlib import Path
 
 import yaml
 
 from ..runtime import clear_config_cache
-from . import families as _families
+from .checks import TuneTask, tune_tasks
 from .presets import DEFAULT_PRESET, MODEL_PRESETS, PRESET_FIELDS, parse_shapes, presets_for
 from .report import ProgressBar
 from .timing import time_call
-
-TuneTask = namedtuple("TuneTask", "op shape make_thunk candidates")
 
 
 class TuneError(RuntimeError):
@@ -56,25 +45,24 @@ class TuneError(RuntimeError):
 
 def collect_tasks(names, preset_name: str, args) -> list[TuneTask]:
     """Tasks of the named ops or families (``all``: every tunable op)."""
-    modules = {n: m for n, m in _families.family_modules().items() if hasattr(m, "tune_space")}
+    from ..ops import spec as op_spec
+    from ..runtime import current_target
+
+    specs = op_spec.all_specs()
+    tunable = [s for s in specs.values() if s.tune_candidates is not None]
+    chosen = [s for s in tunable if "all" in names or s.name in names or s.family in names]
+    if not chosen:
+        raise TuneError(f"nothing to tune for {' '.join(names)}; tunable ops: {', '.join(s.name for s in tunable)}")
     shapes = getattr(args, "shapes", None) or {}
+    sweep = {k: v for k, v in shapes.items() if k not in PRESET_FIELDS}
+    quick = bool(getattr(args, "quick", False))
     tasks, seen = [], set()
     for preset in presets_for(MODEL_PRESETS[preset_name], shapes):
-        for family, module in sorted(modules.items()):
-            for task in module.tune_space(preset, args):
-                task = TuneTask(*task)
-                key = (task.op, tuple(sorted(task.shape.items())))
-                if key not in seen and ("all" in names or task.op in names or family in names):
-                    seen.add(key)
-                    tasks.append(task)
-    if not tasks:
-        known = sorted({TuneTask(*t).op for m in modules.values() for t in m.tune_space(MODEL_PRESETS[preset_name], args)})
-        raise TuneError(
-            f"nothing to tune for {' '.join(names)}; tunable ops: {', '.join(known) or '(none yet)'}"
-        )
-    for key, values in shapes.items():
-        if key not in PRESET_FIELDS:
-            tasks = [t for t in tasks if key not in t.shape or any(str(t.shape[key]) == str(v) for v in values)]
+        for task in tune_tasks(chosen, preset, quick, sweep, current_target().device_type):
+            key = (task.op, repr(sorted(task.shape.items())))
+            if key not in seen:
+                seen.add(key)
+                tasks.append(task)
     return tasks
 
 

@@ -95,7 +95,7 @@ def test_out_of_range_ids_change_nothing(bad):
 
 
 def _replays(alloc, spec, refcounted):
-    from kunlun_triton.tools.families.allocator import _timed_replay, record_trace
+    from kunlun_triton.tools.allocator_bench import _timed_replay, record_trace
 
     calls = record_trace(alloc, spec, refcounted=refcounted)
     run = _timed_replay(alloc, calls, threads=1)  # checks the replay reproduces the run
@@ -104,7 +104,7 @@ def _replays(alloc, spec, refcounted):
 
 
 def test_bench_trace_replays_ours():
-    from kunlun_triton.tools.families.allocator import TraceSpec, _kunlun_allocator
+    from kunlun_triton.tools.allocator_bench import TraceSpec, _kunlun_allocator
 
     spec = TraceSpec(steps=40, page_size=16, pool_tokens=64 * 1024)
     alloc = _kunlun_allocator(spec, "cpu")
@@ -116,7 +116,7 @@ def test_bench_trace_replays_ours():
 @pytest.mark.sglang
 def test_bench_trace_replays_sglang():
     pytest.importorskip("sglang")
-    from kunlun_triton.tools.families.allocator import TraceSpec, _sglang_allocator
+    from kunlun_triton.tools.allocator_bench import TraceSpec, _sglang_allocator
 
     spec = TraceSpec(steps=40, page_size=16, pool_tokens=64 * 1024)
     calls = _replays(_sglang_allocator(spec, "cpu"), spec, refcounted=False)

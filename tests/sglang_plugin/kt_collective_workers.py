@@ -26,9 +26,10 @@ def run(rank, world, port):
     from sglang.srt.distributed.parallel_state import GroupCoordinator
 
     from kunlun_triton import dispatch_report
-    from kunlun_triton.sglang_plugin.collectives import IMPL, install_collective_hooks
+    from kunlun_triton.sglang_plugin.collectives import IMPL
+    from kunlun_triton.sglang_plugin.install import install
 
-    install_collective_hooks()
+    install("platform")
     coord = GroupCoordinator(
         group_ranks=[list(range(world))], local_rank=rank, torch_distributed_backend="gloo",
         use_pynccl=False, use_mscclpp=False, use_custom_allreduce=False, use_torch_symm_mem_all_reduce=False,

@@ -92,9 +92,14 @@ def test_serve_prints_the_plan_then_the_scheduler_report(server, server_log):
     text = server_log.read_text()
     assert "target:      interpreter" in text
     assert "our ops run: Triton kernels" in text
-    assert "attention:   kunlun_triton (platform default) -> decode_attention, extend_attention, store_kv" in text
-    assert "sampling:    kunlun_triton (platform default) -> greedy, sample" in text
-    assert "RMSNorm -> rms_norm" in text and "SiluAndMul -> silu_and_mul" in text
-    assert "collectives: none (tp_size 1)" in text
+    from kunlun_triton.sglang_plugin.install import TOUCHPOINTS
+
+    plan = text[text.index("routing plan"):]
+    for point in TOUCHPOINTS:  # one line per touchpoint of the install table
+        assert f"{point.name} " in plan and point.sglang in plan, point.name
+    assert "kunlun_triton (platform default): --attention-backend kunlun_triton -> decode_attention" in plan
+    assert "kunlun_triton (platform default): --sampling-backend kunlun_triton -> greedy, sample" in plan
+    assert "RotaryEmbedding(+subclasses) -> rms_norm, fused_add_rms_norm, silu_and_mul" in plan
+    assert "-> off (tp_size 1)" in plan
     report = text[text.index("scheduler dispatch report"):]
     assert "extend_attention" in report and "triton" in report

@@ -1,5 +1,5 @@
 """`kunlun-triton bench`: case selection, shape overrides, rows, and the
-table / JSON / CSV / PNG outputs, on a torch-only fake family."""
+table / JSON / CSV / PNG outputs, on torch-only fake op specs."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import types
 import pytest
 import torch
 
-import kunlun_triton.tools.families as families
-from fake_family import make_module
+import fake_specs
+
 from kunlun_triton.cli import main as cli_main
 from kunlun_triton.tools import bench, report, timing
 from kunlun_triton.tools.presets import MODEL_PRESETS, parse_shapes, peak_bandwidth_gbps, presets_for
@@ -20,9 +20,7 @@ from kunlun_triton.tools.presets import MODEL_PRESETS, parse_shapes, peak_bandwi
 
 @pytest.fixture
 def fake(monkeypatch):
-    modules = {"fake": make_module(with_broken=True)}
-    monkeypatch.setattr(families, "family_modules", lambda: modules)
-    return modules
+    fake_specs.install(monkeypatch, [s for s in fake_specs.SPECS if s.family == "fake"])
 
 
 def _args(**kw):
@@ -48,29 +46,29 @@ def test_preset_fields_make_one_preset_per_combination():
     assert presets_for("qwen2.5-7b", {"batch": [3]}) == [MODEL_PRESETS["qwen2.5-7b"]]
 
 
-def test_shapes_reach_families_and_filter_cases(fake):
+def test_shapes_reach_the_specs(fake):
     cases = bench.collect_cases(["fake"], "llama-3-8b", _args(shapes={"batch": [3, 5], "hidden_size": [32]}))
     scale = [c for c in cases if c.op == "scale"]
     assert sorted({(c.params["batch"], c.params["hidden_size"]) for c in scale}) == [(3, 32), (5, 32)]
-    # a key the family does not sweep itself still filters on the params
-    cases = bench.collect_cases(["scale"], "llama-3-8b", _args(shapes={"dtype": ["fp16"]}))
-    assert {c.op for c in cases} == {"scale"} and {c.params["dtype"] for c in cases} == {"fp16"}
-    assert len(cases) == 2  # quick batches 1 and 4
+    cases = bench.collect_cases(["scale"], "llama-3-8b", _args())
+    assert {c.op for c in cases} == {"scale"} and {c.params["dtype"] for c in cases} == {"float32"}
+    assert [c.params["batch"] for c in cases] == [1, 4]  # quick batches
 
 
 def test_unknown_name_lists_families_and_ops(fake):
-    with pytest.raises(SystemExit) as exc:
+    with pytest.raises(ValueError) as exc:
         bench.collect_cases(["nope"], "llama-3-8b", _args())
     assert "nope" in str(exc.value) and "fake" in str(exc.value) and "scale" in str(exc.value)
+    assert cli_main(["bench", "nope", "--quick"]) == 2
 
 
 # ------------------------------------------------------------ rows
 
 
 def test_rows_ratios_and_a_broken_impl(fake):
-    cases = bench.collect_cases([], "llama-3-8b", _args(shapes={"hidden_size": [16]}))
+    cases = bench.collect_cases(["fake"], "llama-3-8b", _args(shapes={"hidden_size": [16]}))
     rows = bench.run_bench(cases, warmup=0, repeat=2, peak_gbps=100.0)
-    assert len(rows) == sum(len(c.impls) for c in cases)
+    assert len(rows) == 2 * len(cases)  # triton and torch
     for r in rows:
         if r["op"] == "broken" and r["impl"] == "triton":
             assert r["time_us"] is None and "kernel exploded" in r["error"]
@@ -78,8 +76,8 @@ def test_rows_ratios_and_a_broken_impl(fake):
         base = next(b for b in rows if b["impl"] == "torch" and all(
             b.get(k) == r.get(k) for k in ("op", "batch", "dtype")))
         assert r["speedup_vs_torch"] == pytest.approx(base["time_us"] / r["time_us"])
-        case = next(c for c in cases if c.op == r["op"] and all(r.get(k) == v for k, v in c.params.items()))
-        assert r["gbps"] == pytest.approx(case.bytes_moved / (r["time_us"] * 1e-6) / 1e9)
+        bytes_moved = 64 if r["op"] == "broken" else 2 * r["batch"] * 16 * 4
+        assert r["gbps"] == pytest.approx(bytes_moved / (r["time_us"] * 1e-6) / 1e9)
         assert r["peak_fraction"] == pytest.approx(r["gbps"] / 100.0)
     table = bench.format_table(rows)
     assert "kernel exploded" in table and "speedup_vs_torch" in table
@@ -106,19 +104,19 @@ def test_cli_writes_json_csv_and_png(fake, tmp_path, capsys):
 
     png = matplotlib.image.imread(out / "plot.png")
     assert png.ndim == 3 and png.shape[0] > 100 and png.shape[1] > 100
-    # one line per impl and dtype, each over the three batches
+    # one line per impl, each over the three batches
     series = report.plot_series(rows, "time")
     assert list(series) == [("fake", "scale", "batch")]
     lines = series[("fake", "scale", "batch")]
-    assert sorted(lines) == sorted(f"{i} dtype={d}" for i in ("torch", "triton") for d in ("fp32", "fp16"))
+    assert sorted(lines) == ["torch", "triton"]
     assert all([x for x, _ in pts] == [2, 8, 32] for pts in lines.values())
     assert "fake" in capsys.readouterr().out
 
 
 def test_list_and_peak_table(fake, capsys):
-    assert cli_main(["bench", "--quick", "--list"]) == 0
+    assert cli_main(["bench", "fake", "--quick", "--list"]) == 0
     listed = capsys.readouterr().out.splitlines()
-    assert len(listed) == 5 and listed[0].startswith("fake.scale batch=1")
+    assert len(listed) == 3 and listed[0].startswith("fake.scale batch=1")
     assert cli_main(["bench", "--peak-table"]) == 0
     assert "H200" in capsys.readouterr().out
 
@@ -160,9 +158,12 @@ def test_zero_event_times_fall_back_to_the_wall_clock(monkeypatch):
     assert t.clock == "wall" and t.median_s > 0 and len(calls) == 4
 
 
-def test_a_family_that_raises_does_not_hide_the_others(monkeypatch, capsys):
-    broken = types.SimpleNamespace(bench_cases=lambda preset, args: 1 / 0)
-    monkeypatch.setattr(families, "family_modules", lambda: {"fake": make_module(), "broken": broken})
-    cases = bench.collect_cases([], "llama-3-8b", _args())
-    assert {c.family for c in cases} == {"fake"} and cases
-    assert "family broken: bench_cases raised ZeroDivisionError" in capsys.readouterr().err
+def test_a_case_whose_inputs_fail_does_not_hide_the_others(monkeypatch):
+    def no_inputs(shape, dtype, device):
+        raise MemoryError("inputs too big")
+
+    specs = [*fake_specs.SPECS[:1], fake_specs.OpSpec("greedy_op", "fake", no_inputs, (), lambda p, q: [{"n": 1}])]
+    fake_specs.install(monkeypatch, specs)
+    rows = bench.run_bench(bench.collect_cases(["fake"], "llama-3-8b", _args()), warmup=0, repeat=1)
+    assert {r["op"] for r in rows if r.get("time_us")} == {"scale"}
+    assert [r["error"] for r in rows if r["op"] == "greedy_op"] == ["MemoryError: inputs too big"]

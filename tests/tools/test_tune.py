@@ -6,73 +6,19 @@ whose winners are known in advance (candidates that sleep)."""
 
 from __future__ import annotations
 
-import time
-import types
-
 import pytest
 import torch
-import triton
-import triton.language as tl
 import yaml
 
-import kunlun_triton.tools.families as families
+import fake_specs
+
 from kunlun_triton.runtime import current_target, get_config
 from kunlun_triton.tools import tune
-
-# ------------------------------------------------------------ example families
-
-
-def _sleepy_space(preset, args):
-    """Config "a" wins up to n=64, "b" above: the slow one sleeps 10 ms."""
-    tasks = []
-    for n in (16, 64, 256):
-        def make_thunk(config, n=n):
-            if config["VARIANT"] == "broken":
-                raise ValueError("this config does not compile")
-            slow = (config["VARIANT"] == "a") == (n > 64)
-            return lambda: time.sleep(0.010 if slow else 0.0)
-
-        tasks.append(("sleepy_op", {"n": n}, make_thunk, [{"VARIANT": "a"}, {"VARIANT": "b"}, {"VARIANT": "broken"}]))
-    return tasks
-
-
-@triton.jit
-def _scale_rows_kernel(x_ptr, y_ptr, n_rows, n_cols, ROWS: tl.constexpr, BLOCK: tl.constexpr):
-    # y = 2 * x, ROWS rows per program
-    cols = tl.arange(0, BLOCK)
-    for r in range(ROWS):
-        row = tl.program_id(0) * ROWS + r
-        mask = (cols < n_cols) & ((cols * 0 + row) < n_rows)
-        x = tl.load(x_ptr + row * n_cols + cols, mask=mask)
-        tl.store(y_ptr + row * n_cols + cols, 2.0 * x, mask=mask)
-
-
-def _triton_space(preset, args):
-    tasks = []
-    for rows in (4, 8):
-        def make_thunk(config, rows=rows):
-            x = torch.randn(rows, 32)
-            y = torch.empty_like(x)
-            grid = (triton.cdiv(rows, config["ROWS"]),)
-
-            def run():
-                _scale_rows_kernel[grid](x, y, rows, 32, ROWS=config["ROWS"], BLOCK=config["BLOCK"])
-                return x, y
-
-            return run
-
-        tasks.append(("scale_rows", {"num_tokens": rows}, make_thunk, [{"ROWS": 1, "BLOCK": 32}, {"ROWS": 4, "BLOCK": 32}]))
-    return tasks
 
 
 @pytest.fixture
 def fake_families(monkeypatch, tmp_path):
-    modules = {
-        "sleepy": types.SimpleNamespace(tune_space=_sleepy_space),
-        "scaling": types.SimpleNamespace(tune_space=_triton_space),
-        "untunable": types.SimpleNamespace(),  # families without the hook are ignored
-    }
-    monkeypatch.setattr(families, "family_modules", lambda: modules)
+    fake_specs.install(monkeypatch)
     monkeypatch.setenv("KUNLUN_TRITON_CONFIG_DIR", str(tmp_path))
     return tmp_path
 
@@ -125,9 +71,8 @@ def test_a_triton_kernel_tunes_under_this_target(fake_families):
         config = get_config("scale_rows", num_tokens=n)
         assert config in ({"ROWS": 1, "BLOCK": 32}, {"ROWS": 4, "BLOCK": 32})
         # the chosen config computes the right thing
-        _, _, make_thunk, _ = _triton_space(None, None)[0]
-        x, y = make_thunk(config)()
-        torch.testing.assert_close(y, 2 * x)
+        x = torch.randn(n, 32)
+        torch.testing.assert_close(fake_specs.scale_rows(x, config), 2 * x)
 
 
 def test_rules_cover_a_grid_of_two_dims():
@@ -150,11 +95,11 @@ def test_rules_cover_a_grid_of_two_dims():
     ]
 
 
-def test_norm_family_hook_tunes_rms_norm(monkeypatch, tmp_path):
-    """The real family's hook, tiny search: the runtime then launches rms_norm
-    with the tuned config and the op still matches its reference."""
+def test_rms_norm_spec_tunes_rms_norm(monkeypatch, tmp_path):
+    """The real spec, tiny search: the runtime then launches rms_norm with the
+    tuned config and the op still matches its reference."""
     from kunlun_triton import ops
-    from kunlun_triton.reference import norm as reference
+    from kunlun_triton.ops.norm import reference
 
     monkeypatch.setenv("KUNLUN_TRITON_CONFIG_DIR", str(tmp_path))
     # the shipped configs may carry by_shape rules for rms_norm: tuned wins anyway
@@ -162,5 +107,6 @@ def test_norm_family_hook_tunes_rms_norm(monkeypatch, tmp_path):
     entry = yaml.safe_load(_target_file(tmp_path).read_text())["ops"]["rms_norm"]
     assert entry["source"] == "tuned" and entry["config"] in ({"ROWS_PER_PROGRAM": 1}, {"ROWS_PER_PROGRAM": 4})
     assert get_config("rms_norm", hidden_size=256)["ROWS_PER_PROGRAM"] == entry["config"]["ROWS_PER_PROGRAM"]
-    x, w = torch.randn(5, 256), torch.rand(256) + 0.5
+    device = current_target().device_type
+    x, w = torch.randn(5, 256, device=device), torch.rand(256, device=device) + 0.5
     torch.testing.assert_close(ops.rms_norm(x, w), reference.rms_norm(x, w))

@@ -47,3 +47,15 @@ def sglang_extend(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, qo
         return o_extend
 
     return run
+
+
+def decode_baseline(case):
+    """SGLang's decode on a `decode_attention` bench case (its own output buffer)."""
+    q, k_buffer, v_buffer, o, kv_indptr, kv_indices, sm_scale = case.args[:7]
+    return sglang_decode(q, k_buffer, v_buffer, torch.empty_like(o), kv_indptr, kv_indices, sm_scale)
+
+
+def extend_baseline(case):
+    """SGLang's extend on an `extend_attention` bench case (its own output buffer)."""
+    q, k, v, o, *rest = case.args
+    return sglang_extend(q, k, v, torch.empty_like(o), *rest)

@@ -24,3 +24,11 @@ def sglang_torch_sample(logits, temperatures, top_ks, top_ps, min_ps, need_min_p
     return top_k_top_p_min_p_sampling_from_probs_torch(
         probs, top_ks, top_ps, min_ps, need_min_p, seeds, positions
     )
+
+
+def sample_baseline(case):
+    """SGLang's pytorch sampler on a `sample` bench case; `need_min_p` is
+    computed once, as SGLang does per batch."""
+    logits, temps, top_ks, top_ps, min_ps, _, _ = case.args
+    need_min_p = bool((min_ps > 0).any())
+    return lambda: sglang_torch_sample(logits, temps, top_ks, top_ps, min_ps, need_min_p)

@@ -1,0 +1,113 @@
+"""Pure-torch paged attention: the oracle for the Triton kernels and the CPU
+fallback path.
+
+Written plainly on purpose: per request, gather the request's keys and values
+from the pool by slot id, then an explicit masked softmax in fp32:
+
+    s[h, i, j] = sm_scale * <q[i, h], k[j, h // group]>
+    s          = cap * tanh(s / cap)                     (when logit_cap > 0)
+    visible    = key_pos[j] <= q_pos[i]                  (causal)
+                 and q_pos[i] - key_pos[j] <= window     (when sliding_window > 0)
+    o[i, h]    = softmax_j(s, over visible keys) @ v     (0 where nothing is visible)
+
+`sliding_window` follows SGLang's `sliding_window_size` (window_left): a query
+at position i sees keys i - window .. i, that is window + 1 tokens including
+itself; None, 0 or a negative value means no window.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def store_kv(k, v, k_buffer, v_buffer, out_cache_loc) -> None:
+    """Write token t's K/V into slot out_cache_loc[t] of each pool (in place)."""
+    loc = out_cache_loc.long()
+    k_buffer[loc] = k.to(k_buffer.dtype)
+    v_buffer[loc] = v.to(v_buffer.dtype)
+
+
+def window_or_none(sliding_window) -> int | None:
+    return sliding_window if sliding_window is not None and sliding_window > 0 else None
+
+
+def attend(q, k, v, q_pos, k_pos, sm_scale, logit_cap=0.0, sliding_window=None) -> torch.Tensor:
+    """Attention of queries `q` [m, Hq, D] over keys `k` [n, Hkv, D] and values
+    `v` [n, Hkv, Dv] with positions `q_pos` [m], `k_pos` [n]; fp32 result [m, Hq, Dv]."""
+    group = q.shape[1] // k.shape[1]
+    qf = q.float().transpose(0, 1)  # [Hq, m, D]
+    kf = k.float().repeat_interleave(group, dim=1).transpose(0, 1)  # [Hq, n, D]
+    vf = v.float().repeat_interleave(group, dim=1).transpose(0, 1)  # [Hq, n, Dv]
+    scores = torch.matmul(qf, kf.transpose(1, 2)) * sm_scale  # [Hq, m, n]
+    if logit_cap and logit_cap > 0:
+        scores = logit_cap * torch.tanh(scores / logit_cap)
+    visible = k_pos[None, :] <= q_pos[:, None]
+    window = window_or_none(sliding_window)
+    if window is not None:
+        visible &= (q_pos[:, None] - k_pos[None, :]) <= window
+    scores = scores.masked_fill(~visible[None], float("-inf"))
+    probs = torch.softmax(scores, dim=-1)
+    probs = torch.nan_to_num(probs, nan=0.0)  # rows with no visible key
+    return torch.matmul(probs, vf).transpose(0, 1)  # [m, Hq, Dv]
+
+
+def _slots(kv_indptr, kv_indices, b) -> torch.Tensor:
+    start, end = int(kv_indptr[b]), int(kv_indptr[b + 1])
+    return kv_indices[start:end].long()
+
+
+def decode_attention(
+    q, k_buffer, v_buffer, o, kv_indptr, kv_indices, sm_scale, logit_cap=0.0, sliding_window=None
+) -> torch.Tensor:
+    """One query per request; request b's keys are the slots
+    kv_indices[kv_indptr[b]:kv_indptr[b+1]] (the query's own token last).
+    Writes o [bs, Hq, Dv] (q's dtype) and returns it."""
+    bs, hq = q.shape[0], q.shape[1]
+    out = torch.zeros(bs, hq, v_buffer.shape[-1], dtype=torch.float32, device=q.device)
+    for b in range(bs):
+        slots = _slots(kv_indptr, kv_indices, b)
+        n = slots.numel()
+        if n == 0:
+            continue
+        k_pos = torch.arange(n, device=q.device)
+        q_pos = torch.tensor([n - 1], device=q.device)
+        out[b] = attend(
+            q[b : b + 1], k_buffer[slots], v_buffer[slots], q_pos, k_pos, sm_scale, logit_cap, sliding_window
+        )[0]
+    return o.copy_(out)
+
+
+def extend_attention(
+    q_extend,
+    k_extend,
+    v_extend,
+    o_extend,
+    k_buffer,
+    v_buffer,
+    qo_indptr,
+    kv_indptr,
+    kv_indices,
+    max_len_extend,
+    sm_scale,
+    logit_cap=0.0,
+    sliding_window=None,
+) -> torch.Tensor:
+    """Request b's new tokens q_extend[qo_indptr[b]:qo_indptr[b+1]] attend to its
+    cached prefix (pool slots kv_indices[kv_indptr[b]:kv_indptr[b+1]]) and
+    causally to the new tokens' own k_extend/v_extend rows. Writes o_extend
+    [tokens, Hq, Dv] (q's dtype) and returns it; `max_len_extend` is unused
+    (it sizes the kernel's grid)."""
+    total, hq = q_extend.shape[0], q_extend.shape[1]
+    out = torch.zeros(total, hq, v_extend.shape[-1], dtype=torch.float32, device=q_extend.device)
+    for b in range(qo_indptr.numel() - 1):
+        q0, q1 = int(qo_indptr[b]), int(qo_indptr[b + 1])
+        if q1 == q0:
+            continue
+        slots = _slots(kv_indptr, kv_indices, b)
+        prefix = slots.numel()
+        k = torch.cat([k_buffer[slots], k_extend[q0:q1].to(k_buffer.dtype)])
+        v = torch.cat([v_buffer[slots], v_extend[q0:q1].to(v_buffer.dtype)])
+        k_pos = torch.arange(prefix + q1 - q0, device=q_extend.device)
+        q_pos = k_pos[prefix:]
+        out[q0:q1] = attend(q_extend[q0:q1], k, v, q_pos, k_pos, sm_scale, logit_cap, sliding_window)
+    return o_extend.copy_(out)

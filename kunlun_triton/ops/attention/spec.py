@@ -1,0 +1,178 @@
+"""Specs of the paged attention ops for doctor, bench and tune (see `ops.spec`).
+
+A request's slots are scattered over the pool (SGLang's page_size=1 layout,
+the least friendly to the memory system). Bytes moved are what an ideal
+kernel reads and writes once: every visible K and V row plus q and o
+(decode); prefix K/V, new q/k/v and o (extend). The op runs with checked
+mode off, as a server runs it.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ...testing.paged import decode_batch, extend_batch
+from ..spec import OpCase, OpSpec
+from . import reference
+from .decode_attention import decode_attention
+from .extend_attention import extend_attention
+from .store_kv import store_kv
+
+TORCH_REFERENCE_MAX_TOKENS = 64 * 1024  # the per-request python loop is slow beyond this
+SUM_TILE_CAP = 65536  # tl.sum formulation: BLOCK_M x BLOCK_N x BLOCK_D product values per program
+
+
+def _elt(dtype) -> int:
+    return torch.empty((), dtype=dtype).element_size()
+
+
+def store_kv_case(shape, dtype, device) -> OpCase:
+    tokens, kv_heads, head_dim = shape["tokens"], shape["kv_heads"], shape["head_dim"]
+    gen = torch.Generator().manual_seed(tokens)
+    k = torch.randn(tokens, kv_heads, head_dim, generator=gen).to(dtype).to(device)
+    v = torch.randn(tokens, kv_heads, head_dim, generator=gen).to(dtype).to(device)
+    slots = shape.get("slots", max(4 * tokens, 16))
+    loc = torch.randperm(slots, generator=gen)[:tokens].to(device)
+    k_buffer = torch.zeros(slots, kv_heads, head_dim, dtype=dtype, device=device)
+    v_buffer = torch.zeros_like(k_buffer)
+
+    def run(config):
+        store_kv(k, v, k_buffer, v_buffer, loc, check=False, config=config)
+        return k_buffer, v_buffer
+
+    def ref():
+        reference.store_kv(k, v, k_buffer, v_buffer, loc)
+        return k_buffer, v_buffer
+
+    return OpCase(run, ref, {"row_width": kv_heads * head_dim, "tokens": tokens},
+                  bytes_moved=4 * k.numel() * _elt(dtype), args=(k, v, k_buffer, v_buffer, loc))  # fmt: skip
+
+
+def decode_attention_case(shape, dtype, device) -> OpCase:
+    lens = shape.get("lens") or [shape["context_len"]] * shape["batch"]
+    d = decode_batch(lens, q_heads=shape["q_heads"], kv_heads=shape["kv_heads"], head_dim=shape["head_dim"],
+                     dtype=dtype, device=device, page_size=shape.get("page_size", 1))  # fmt: skip
+    args = d.args()
+    total = sum(lens)
+    return OpCase(
+        run=lambda config: decode_attention(*args, check=False, config=config),
+        reference=lambda: reference.decode_attention(*d.args()),
+        dims={"head_dim": shape["head_dim"], "group": shape["q_heads"] // shape["kv_heads"], "batch": len(lens)},
+        bytes_moved=(total * shape["kv_heads"] * 2 * shape["head_dim"] + 2 * d.q.numel()) * _elt(dtype),
+        flops=4 * total * shape["q_heads"] * shape["head_dim"],
+        args=args,
+        time_reference=total <= TORCH_REFERENCE_MAX_TOKENS,
+    )
+
+
+def extend_attention_case(shape, dtype, device) -> OpCase:
+    prefix = shape.get("prefix_lens") or [shape["prefix_len"]] * shape["batch"]
+    extend = shape.get("extend_lens") or [shape["extend_len"]] * shape["batch"]
+    q_heads, kv_heads, head_dim = shape["q_heads"], shape["kv_heads"], shape["head_dim"]
+    e = extend_batch(prefix, extend, q_heads=q_heads,
+                     kv_heads=kv_heads, head_dim=head_dim, dtype=dtype, device=device,
+                     page_size=shape.get("page_size", 1))  # fmt: skip
+    args = e.args()
+    tokens = sum(e.extend_lens)
+    cached = sum(e.pool.lens)
+    causal_pairs = sum(n * p + n * (n + 1) // 2 for p, n in zip(e.pool.lens, e.extend_lens))
+    return OpCase(
+        run=lambda config: extend_attention(*args, check=False, config=config),
+        reference=lambda: reference.extend_attention(*e.args()),
+        dims={"head_dim": head_dim, "group": q_heads // kv_heads},
+        bytes_moved=(cached * kv_heads * 2 + tokens * (2 * q_heads + 2 * kv_heads)) * head_dim * _elt(dtype),
+        flops=4 * causal_pairs * q_heads * head_dim,
+        args=args,
+        time_reference=cached + tokens <= TORCH_REFERENCE_MAX_TOKENS // 8,
+    )
+
+
+def _heads(preset, quick):
+    return {"q_heads": 8, "kv_heads": 2, "head_dim": 64} if quick else {
+        "q_heads": preset.num_heads, "kv_heads": preset.num_kv_heads, "head_dim": preset.head_dim}  # fmt: skip
+
+
+def store_kv_shapes(preset, quick):
+    heads = _heads(preset, quick)
+    return [{"tokens": t, "kv_heads": heads["kv_heads"], "head_dim": heads["head_dim"]}
+            for t in ([16] if quick else [1, 64, 4096])]  # fmt: skip
+
+
+def decode_shapes(preset, quick):
+    return [{"batch": b, "context_len": c, **_heads(preset, quick)}
+            for b in ([1, 2] if quick else [1, 8, 32, 64]) for c in ([64, 256] if quick else [1024, 4096, 16384, 32768])]  # fmt: skip
+
+
+def extend_shapes(preset, quick):
+    return [{"batch": b, "prefix_len": p, "extend_len": e, **_heads(preset, quick)}
+            for b in ([1, 2] if quick else [1, 8]) for p in ([0, 64] if quick else [0, 4096])
+            for e in ([32] if quick else [512, 2048])]  # fmt: skip
+
+
+# ---- tune: lookup dims are store_kv (row_width, tokens), decode (head_dim,
+# group, batch), extend (head_dim, group); context and prefix lengths are not
+# lookup dims, so one representative length is tuned.
+
+
+def _with_formulations(candidates: list[dict]) -> list[dict]:
+    from ...runtime import capabilities
+
+    if not capabilities().has_dot:
+        return candidates  # the target's file picks sum
+    return [{**c, "formulation": f} for c in candidates for f in ("dot", "sum")]
+
+
+def store_kv_candidates(quick):
+    return [{"TOKENS_PER_PROGRAM": t, "MAX_BLOCK_C": c} for t in ((1, 16) if quick else (1, 4, 16))
+            for c in ((128,) if quick else (256, 1024, 4096))]  # fmt: skip
+
+
+def decode_candidates(quick):
+    if quick:
+        return _with_formulations([{"BLOCK_N": 16, "TARGET_PROGRAMS": 4, "MAX_KV_SPLITS": 1},
+                                   {"BLOCK_N": 32, "TARGET_PROGRAMS": 8, "MAX_KV_SPLITS": 2, "MIN_SPLIT_TOKENS": 32}])  # fmt: skip
+    splits = ({"TARGET_PROGRAMS": 64, "MAX_KV_SPLITS": 16}, {"TARGET_PROGRAMS": 256, "MAX_KV_SPLITS": 16},
+              {"TARGET_PROGRAMS": 1024, "MAX_KV_SPLITS": 64})  # fmt: skip
+    return _with_formulations([{"BLOCK_N": n, **s} for n in (16, 32, 64) for s in splits])
+
+
+def extend_candidates(quick):
+    pairs = ((16, 16), (32, 16)) if quick else (
+        (8, 16), (8, 32), (8, 64), (16, 8), (16, 16), (16, 32), (32, 8), (32, 16), (32, 32),
+        (64, 32), (64, 64), (128, 32), (128, 64))  # fmt: skip
+    return _with_formulations([{"BLOCK_M": m, "BLOCK_N": n} for m, n in pairs])
+
+
+def extend_keep(candidate, shape) -> bool:
+    from ...runtime import capabilities
+
+    default = "dot" if capabilities().has_dot else "sum"
+    if candidate.get("formulation", default) == "dot":  # the op raises dot tiles below 16: a different config
+        return candidate["BLOCK_M"] >= 16 and candidate["BLOCK_N"] >= 16
+    # the sum formulation holds a [M, D, N] product
+    block_d = 1 << max(shape["head_dim"] - 1, 0).bit_length()
+    return candidate["BLOCK_M"] * candidate["BLOCK_N"] * block_d <= SUM_TILE_CAP
+
+
+def decode_tune_shapes(preset, quick):
+    return [{"batch": b, "context_len": 64 if quick else 4096, **_heads(preset, quick)}
+            for b in ([2] if quick else [1, 8, 32, 64])]  # fmt: skip
+
+
+def extend_tune_shapes(preset, quick):
+    return [{"batch": 1 if quick else 4, "prefix_len": 16 if quick else 1024, "extend_len": 32 if quick else 512,
+             **_heads(preset, quick)}]  # fmt: skip
+
+
+SPECS = [
+    OpSpec("store_kv", "attention", store_kv_case, (({"tokens": 5, "kv_heads": 2, "head_dim": 64}, torch.float16),),
+           store_kv_shapes, bench_dtype=torch.float16, tune_candidates=store_kv_candidates, x_axis="tokens"),
+    OpSpec("decode_attention", "attention", decode_attention_case,
+           (({"lens": [37, 1, 100], "q_heads": 8, "kv_heads": 2, "head_dim": 128, "page_size": 16}, torch.float16),),
+           decode_shapes, bench_dtype=torch.float16, tune_candidates=decode_candidates,
+           tune_shapes=decode_tune_shapes, tolerance_scale=2, x_axis="context_len"),
+    OpSpec("extend_attention", "attention", extend_attention_case,
+           (({"prefix_lens": [20, 0], "extend_lens": [9, 24], "q_heads": 8, "kv_heads": 2, "head_dim": 128, "page_size": 16}, torch.float16),),
+           extend_shapes, bench_dtype=torch.float16, tune_candidates=extend_candidates,
+           tune_shapes=extend_tune_shapes, tune_keep=extend_keep, tolerance_scale=2, x_axis="prefix_len"),
+]  # fmt: skip

@@ -1,0 +1,123 @@
+"""`store_kv`: scatter new tokens' K and V rows into their KV-pool slots.
+
+    k_buffer[out_cache_loc[t], h, :] = k[t, h, :]    (and the same for v)
+
+A program copies TOKENS_PER_PROGRAM tokens (Kunlun launch cost is ~0.6-0.9 us
+per program, so one token per program would be launch-bound). A token's K row
+is viewed as one flat run of HEADS * HEAD_DIM values, copied in column chunks
+of BLOCK_C; heads may be strided in the source (a slice of a fused qkv
+projection), so the flat column c maps to head c // HEAD_DIM, dim c % HEAD_DIM.
+"""
+
+import triton
+import triton.language as tl
+
+from ...runtime import INDEX_DTYPES, get_config, launch_options, use_triton
+from ..validation import check_slots, checked_mode, require_same, require_same_device, require_tensor
+from . import reference
+
+OP = "store_kv"
+
+
+@triton.jit
+def copy_rows_to_slots(
+    src_ptr,
+    dst_ptr,
+    loc,  # [T] slot ids, already loaded
+    tokens,  # [T] token ids
+    token_mask,
+    src_stride_t,
+    src_stride_h,
+    dst_stride_s,
+    dst_stride_h,
+    HEADS: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_C: tl.constexpr,
+):
+    for c0 in range(0, HEADS * HEAD_DIM, BLOCK_C):
+        cols = c0 + tl.arange(0, BLOCK_C)
+        col_mask = cols < HEADS * HEAD_DIM
+        head = cols // HEAD_DIM
+        dim = cols % HEAD_DIM
+        mask = token_mask[:, None] & col_mask[None, :]
+        src = src_ptr + tokens[:, None].to(tl.int64) * src_stride_t + (head * src_stride_h + dim)[None, :]
+        dst = dst_ptr + loc[:, None].to(tl.int64) * dst_stride_s + (head * dst_stride_h + dim)[None, :]
+        rows = tl.load(src, mask=mask)
+        tl.store(dst, rows.to(dst_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def store_kv_kernel(
+    k_ptr,
+    v_ptr,
+    k_buffer_ptr,
+    v_buffer_ptr,
+    loc_ptr,
+    num_tokens,
+    k_stride_t,
+    k_stride_h,
+    v_stride_t,
+    v_stride_h,
+    kb_stride_s,
+    kb_stride_h,
+    vb_stride_s,
+    vb_stride_h,
+    HEADS: tl.constexpr,
+    K_DIM: tl.constexpr,
+    V_DIM: tl.constexpr,
+    TOKENS_PER_PROGRAM: tl.constexpr,
+    BLOCK_C: tl.constexpr,
+):
+    tokens = tl.program_id(0) * TOKENS_PER_PROGRAM + tl.arange(0, TOKENS_PER_PROGRAM)
+    token_mask = tokens < num_tokens
+    loc = tl.load(loc_ptr + tokens, mask=token_mask)
+    loc = tl.where(token_mask, loc, 0)
+    copy_rows_to_slots(
+        k_ptr, k_buffer_ptr, loc, tokens, token_mask, k_stride_t, k_stride_h, kb_stride_s, kb_stride_h,
+        HEADS, K_DIM, BLOCK_C,
+    )
+    copy_rows_to_slots(
+        v_ptr, v_buffer_ptr, loc, tokens, token_mask, v_stride_t, v_stride_h, vb_stride_s, vb_stride_h,
+        HEADS, V_DIM, BLOCK_C,
+    )
+
+
+def store_kv(k, v, k_buffer, v_buffer, out_cache_loc, check: bool = True, *, config: dict | None = None) -> None:
+    """k_buffer[out_cache_loc[t]] = k[t] and v_buffer[out_cache_loc[t]] = v[t].
+
+    k [tokens, kv_heads, head_dim] and v [tokens, kv_heads, v_head_dim] may
+    have strided tokens and heads (views into a fused projection); values are
+    cast to the pool's dtype. out_cache_loc [tokens] int32/int64 slot ids,
+    which must be distinct (the write order of duplicates is unspecified);
+    checked mode verifies they lie in the pool.
+    """
+    for name, t in (("k", k), ("v", v), ("k_buffer", k_buffer), ("v_buffer", v_buffer)):
+        require_tensor(OP, name, t, ndim=3)
+    require_tensor(OP, "out_cache_loc", out_cache_loc, dtypes=INDEX_DTYPES, ndim=1)
+    require_same(OP, "k_buffer and v_buffer slot/head counts",
+                 k_buffer=tuple(k_buffer.shape[:2]), v_buffer=tuple(v_buffer.shape[:2]))
+    require_same(OP, "k's shape and (tokens, pool kv heads, pool head dim)", k=tuple(k.shape),
+                 expected=(out_cache_loc.numel(), k_buffer.shape[1], k_buffer.shape[2]))
+    require_same(OP, "v's shape and (tokens, pool kv heads, pool v head dim)", v=tuple(v.shape),
+                 expected=(out_cache_loc.numel(), v_buffer.shape[1], v_buffer.shape[2]))
+    require_same_device(OP, k=k, v=v, k_buffer=k_buffer, v_buffer=v_buffer, out_cache_loc=out_cache_loc)
+    if checked_mode(check):
+        check_slots(OP, "out_cache_loc", out_cache_loc, k_buffer.shape[0])
+    tokens, heads = k.shape[0], k.shape[1]
+    if tokens == 0:
+        return
+    if not use_triton(OP, k, v, k_buffer, v_buffer, out_cache_loc):
+        reference.store_kv(k, v, k_buffer, v_buffer, out_cache_loc)
+        return
+    config = get_config(OP, row_width=heads * k.shape[2], tokens=tokens) if config is None else config
+    per_program = int(config.get("TOKENS_PER_PROGRAM", 4))
+    width = heads * max(k.shape[2], v.shape[2])
+    block_c = min(triton.next_power_of_2(width), int(config.get("MAX_BLOCK_C", 1024)))
+    store_kv_kernel[(triton.cdiv(tokens, per_program),)](
+        k, v, k_buffer, v_buffer, out_cache_loc, tokens,
+        k.stride(0), k.stride(1), v.stride(0), v.stride(1),
+        k_buffer.stride(0), k_buffer.stride(1), v_buffer.stride(0), v_buffer.stride(1),
+        HEADS=heads, K_DIM=k.shape[2], V_DIM=v.shape[2],
+        TOKENS_PER_PROGRAM=per_program, BLOCK_C=block_c,
+        **launch_options(config),
+    )  # fmt: skip

@@ -1,0 +1,81 @@
+"""Specs of the RMSNorm ops for doctor, bench and tune (see `ops.spec`).
+
+Bytes are the ideal traffic: rms_norm reads x and writes out; fused_add_rms_norm
+reads x and residual and writes residual and out (the weight is noise). The
+target: >= 90% of the card's peak HBM bandwidth at hidden 4096-8192 and
+4k-64k rows.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+
+from ..spec import OpCase, OpSpec
+from . import reference
+from .ops import MAX_TILE_ELEMENTS, fused_add_rms_norm, rms_norm
+
+DOCTOR = tuple(({"rows": 6, "hidden_size": 96, "strided": True}, d) for d in (torch.float32, torch.float16, torch.bfloat16))
+
+
+def _inputs(shape, dtype, device):
+    """x (rows strided when shape["strided"]), residual, weight; the same values every call."""
+    rows, hidden = shape["rows"], shape["hidden_size"]
+    gen = torch.Generator().manual_seed(rows * 7919 + hidden)
+    pad = 8 if shape.get("strided") else 0
+    x = torch.randn(rows, hidden + pad, generator=gen)[:, :hidden]
+    residual = torch.randn(rows, hidden, generator=gen)
+    weight = torch.rand(hidden, generator=gen) + 0.5
+    return x.to(dtype).to(device), residual.to(dtype).to(device), weight.to(dtype).to(device)
+
+
+def _bytes(shape, dtype, passes: int) -> int:
+    elt = torch.empty((), dtype=dtype).element_size()
+    return (passes * shape["rows"] + 1) * shape["hidden_size"] * elt
+
+
+def rms_norm_case(shape, dtype, device) -> OpCase:
+    x, _, weight = _inputs(shape, dtype, device)
+    return OpCase(
+        run=lambda config: rms_norm(x, weight, config=config),
+        reference=lambda: reference.rms_norm(x, weight),
+        dims={"hidden_size": shape["hidden_size"]},
+        bytes_moved=_bytes(shape, dtype, 2),
+    )
+
+
+def fused_add_rms_norm_case(shape, dtype, device) -> OpCase:
+    x, residual, weight = _inputs(shape, dtype, device)
+    # Compared: the output and the residual after the in-place add.
+    return OpCase(
+        run=lambda config: (fused_add_rms_norm(x, residual, weight, config=config), residual),
+        reference=lambda: (reference.fused_add_rms_norm(x, residual, weight), residual),
+        dims={"hidden_size": shape["hidden_size"]},
+        bytes_moved=_bytes(shape, dtype, 4),
+    )
+
+
+def bench_shapes(preset, quick: bool) -> list[dict]:
+    hidden_sizes = [256] if quick else sorted({preset.hidden_size, 4096, 8192})
+    return [{"rows": r, "hidden_size": h} for h in hidden_sizes for r in ([64] if quick else [4096, 16384, 65536])]
+
+
+def tune_candidates(quick: bool) -> list[dict]:
+    return [{"ROWS_PER_PROGRAM": r} for r in ((1, 4) if quick else (1, 2, 4, 8, 16))]
+
+
+def tune_keep(candidate, shape) -> bool:
+    # the op clamps bigger tiles: the config timed would not be this one
+    return candidate["ROWS_PER_PROGRAM"] * triton.next_power_of_2(shape["hidden_size"]) <= MAX_TILE_ELEMENTS
+
+
+def tune_shapes(preset, quick: bool) -> list[dict]:
+    return [s for s in bench_shapes(preset, quick) if s["rows"] == (64 if quick else 16384)]
+
+
+SPECS = [
+    OpSpec("rms_norm", "norm", rms_norm_case, DOCTOR, bench_shapes, tune_candidates=tune_candidates,
+           tune_shapes=tune_shapes, tune_keep=tune_keep, x_axis="rows"),
+    OpSpec("fused_add_rms_norm", "norm", fused_add_rms_norm_case, DOCTOR, bench_shapes,
+           tune_candidates=tune_candidates, tune_shapes=tune_shapes, tune_keep=tune_keep, x_axis="rows"),
+]  # fmt: skip

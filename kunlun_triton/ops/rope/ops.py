@@ -1,0 +1,109 @@
+"""Rotary position embedding, in place: `rotary_embedding`.
+
+Same contract as vLLM's / sgl_kernel's ``rotary_embedding(positions, query,
+key, head_size, cos_sin_cache, is_neox)`` that SGLang's RotaryEmbedding calls:
+query and key are [tokens, heads * head_size] or [tokens, heads, head_size]
+(token rows may be strided, e.g. slices of a fused qkv projection; the last
+dim must be contiguous), key may be None, cos_sin_cache is [max_position,
+rotary_dim] with rows [cos | sin], and rotary_dim may be smaller than
+head_size (the tail of each head is left untouched).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+
+from ...runtime import INDEX_DTYPES, get_config, launch_options, use_triton
+from ..validation import power_of_two_at_most, require_number, require_same_device, require_tensor
+from . import kernels, reference
+
+OP = "rotary_embedding"
+
+
+def _heads_layout(x: torch.Tensor, name: str, head_size: int, n_tokens: int) -> tuple[int, int, int]:
+    """(num_heads, token_stride, head_stride) of a query/key tensor."""
+    require_tensor(OP, name, x, min_ndim=2, max_ndim=3)
+    if x.shape[0] != n_tokens:
+        raise ValueError(f"{OP}: {name} has {x.shape[0]} tokens but positions has {n_tokens}")
+    if x.dim() == 3:
+        if x.shape[2] != head_size:
+            raise ValueError(
+                f"{OP}: {name} is [tokens, heads, head_size] but its last dim {x.shape[2]} != head_size {head_size}"
+            )
+        return x.shape[1], x.stride(0), x.stride(1)
+    if x.shape[1] % head_size:
+        raise ValueError(f"{OP}: {name} rows are {x.shape[1]} wide, not a multiple of head_size {head_size}")
+    return x.shape[1] // head_size, x.stride(0), head_size
+
+
+def _check_positions_in_range(positions: torch.Tensor, max_position: int) -> None:
+    # Reading the bounds syncs a GPU; skipped while a CUDA graph is captured
+    # (no host reads allowed there) and when the caller opts out.
+    if positions.numel() == 0:
+        return
+    if positions.is_cuda and torch.cuda.is_current_stream_capturing():
+        return
+    low, high = int(positions.min()), int(positions.max())
+    if low < 0 or high >= max_position:
+        raise ValueError(f"{OP}: positions must lie in [0, {max_position}) (cos_sin_cache rows), got [{low}, {high}]")
+
+
+def rotary_embedding(
+    positions: torch.Tensor,
+    query: torch.Tensor,
+    key: torch.Tensor | None,
+    head_size: int,
+    cos_sin_cache: torch.Tensor,
+    is_neox: bool,
+    check_positions: bool = True,
+    *,
+    config: dict | None = None,
+):
+    """Rotate query and key in place by the cos/sin rows of their positions.
+
+    positions: [tokens] int32/int64; is_neox: NeoX (halves) or GPT-J
+    (interleaved pairs) layout. ``check_positions=False`` skips the range
+    check (a device-to-host read) for callers that guarantee it.
+    Returns (query, key), the same tensors.
+    """
+    require_tensor(OP, "positions", positions, dtypes=INDEX_DTYPES, ndim=1)
+    head_size = require_number(OP, "head_size", head_size, above=0, integer=True)
+    n_tokens = positions.shape[0]
+    num_q_heads, q_token_stride, q_head_stride = _heads_layout(query, "query", head_size, n_tokens)
+    num_k_heads, k_token_stride, k_head_stride = 0, 0, 0
+    if key is not None:
+        num_k_heads, k_token_stride, k_head_stride = _heads_layout(key, "key", head_size, n_tokens)
+        if key.dtype != query.dtype:
+            raise TypeError(f"{OP}: key has dtype {key.dtype} but query has {query.dtype}")
+    require_tensor(OP, "cos_sin_cache", cos_sin_cache, ndim=2)
+    rotary_dim = cos_sin_cache.shape[1]
+    if rotary_dim % 2 or not 0 < rotary_dim <= head_size:
+        raise ValueError(
+            f"{OP}: cos_sin_cache rows ([cos | sin]) must be even and at most head_size {head_size}, got {rotary_dim}"
+        )
+    if not isinstance(is_neox, bool):
+        raise TypeError(f"{OP}: is_neox must be a bool, got {type(is_neox).__name__}")
+    require_same_device(OP, query=query, positions=positions, key=key, cos_sin_cache=cos_sin_cache)
+    if check_positions:
+        _check_positions_in_range(positions, cos_sin_cache.shape[0])
+
+    if not use_triton(OP, positions, query, key, cos_sin_cache):
+        return reference.rotary_embedding(positions, query, key, head_size, cos_sin_cache, is_neox)
+    if n_tokens == 0:
+        return query, key
+    config = get_config(OP, head_size=head_size, tokens=n_tokens) if config is None else config
+    tokens_per_program = power_of_two_at_most(config.get("TOKENS_PER_PROGRAM", 1))
+    num_heads = num_q_heads + num_k_heads
+    heads_per_program = max(1, min(int(config.get("HEADS_PER_PROGRAM", num_heads)), num_heads))
+    rot_half = rotary_dim // 2
+    grid = (triton.cdiv(n_tokens, tokens_per_program), triton.cdiv(num_heads, heads_per_program))
+    kernels.rotary_embedding_kernel[grid](
+        positions, query, query if key is None else key, cos_sin_cache, n_tokens,
+        q_token_stride, q_head_stride, k_token_stride, k_head_stride, cos_sin_cache.stride(0),
+        NUM_Q_HEADS=num_q_heads, NUM_K_HEADS=num_k_heads, ROT_HALF=rot_half,
+        BLOCK_HALF=triton.next_power_of_2(rot_half), IS_NEOX=is_neox, TOKENS_PER_PROGRAM=tokens_per_program,
+        HEADS_PER_PROGRAM=heads_per_program,
+        **launch_options(config),
+    )  # fmt: skip
+    return query, key

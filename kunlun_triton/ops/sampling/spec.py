@@ -1,0 +1,160 @@
+"""Specs of the sampling ops for doctor, bench and tune (see `ops.spec`).
+
+`sample` is checked against the reference draw: the reference uses the same
+counter-based Gumbel noise, so the tokens must agree (up to fp32 vs float64
+breaking a near-tie differently, at most 2% of rows) and every token must be
+inside the reference's kept set. `greedy` must equal the reference argmax
+exactly; the renormalising filters must match the float64 sort-based
+reference. The statistical tests of the draw live in tests/ops/sampling.
+
+Bench: `sample` with SGLang's default-ish filters (temperature 0.7, top-k 50,
+top-p 0.9, min-p 0.05 on a quarter of the rows) over batch x vocabulary,
+against the fp32 sort + cumsum + multinomial torch path (the "torch" column
+is `reference.sort_based_sample`, SGLang's own method). Bytes are one read of
+the logits (the ideal), so GB/s says how far from one pass a call is.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..spec import OpCase, OpSpec
+from . import reference
+from .ops import greedy, min_p_renorm_probs, renorm_probs, sample, top_k_renorm_probs, top_p_renorm_probs
+
+MAX_MISMATCH = 0.02
+
+
+def _logits(batch, vocab, dtype, device, seed=0):
+    gen = torch.Generator().manual_seed(seed * 7919 + batch * 7 + vocab)
+    return (2 * torch.randn(batch, vocab, generator=gen)).to(dtype).to(device)
+
+
+def _params(batch, device):
+    """SGLang's default-ish filters: temperature 0.7, top-k 50, top-p 0.9,
+    min-p 0.05 on every fourth row, distinct seeds."""
+    temps = torch.full((batch,), 0.7, device=device)
+    top_ks = torch.full((batch,), 50, dtype=torch.int32, device=device)
+    top_ps = torch.full((batch,), 0.9, device=device)
+    min_ps = torch.zeros(batch, device=device)
+    min_ps[::4] = 0.05
+    seeds = torch.arange(batch, dtype=torch.int64, device=device) + 1000
+    positions = torch.full((batch,), 77, dtype=torch.int64, device=device)
+    return temps, top_ks, top_ps, min_ps, seeds, positions
+
+
+def compare_draws(out, ref, dtype) -> tuple[float, bool]:
+    """(fraction of rows off the reference draw, ok): every token kept by the
+    reference, and at most MAX_MISMATCH of the rows drawing another token."""
+    tokens, (expected, allowed) = out.cpu(), (ref[0].cpu(), ref[1].cpu())
+    inside = bool((allowed.gather(1, tokens.view(-1, 1)) > 0).all())
+    mismatch = (tokens != expected).double().mean().item() if tokens.numel() else 0.0
+    return mismatch, inside and mismatch <= max(MAX_MISMATCH, 1.0 / max(tokens.numel(), 1))
+
+
+def compare_exact(out, ref, dtype) -> tuple[float, bool]:
+    mismatch = (out.cpu() != ref.cpu()).double().mean().item() if out.numel() else 0.0
+    return mismatch, mismatch == 0.0
+
+
+def sample_case(shape, dtype, device) -> OpCase:
+    batch, vocab = shape["batch"], shape["vocab"]
+    logits = _logits(batch, vocab, dtype, device)
+    params = _params(batch, device)
+    temps, top_ks, top_ps, min_ps, seeds, positions = params
+
+    def ref():
+        return (reference.sample(logits, temps, top_ks, top_ps, min_ps, seeds, positions),
+                reference.filtered_probs(logits, temps, top_ks, top_ps, min_ps))  # fmt: skip
+
+    return OpCase(
+        run=lambda config: sample(logits, *params, check_values=False, config=config),
+        reference=ref,
+        dims={"batch": batch, "vocab": vocab},
+        bytes_moved=logits.numel() * logits.element_size(),
+        args=(logits, *params),
+        # the float64 oracle is no baseline: SGLang's sort-based path is
+        time_reference=False,
+        baselines={"torch": lambda: reference.sort_based_sample(logits, temps, top_ks, top_ps, min_ps)},
+    )
+
+
+def greedy_case(shape, dtype, device) -> OpCase:
+    logits = _logits(shape["batch"], shape["vocab"], dtype, device)
+    if shape.get("tie"):
+        logits[0, [5, shape["vocab"] - 100]] = 50.0  # a tie: the lowest id wins
+    return OpCase(
+        run=lambda config: greedy(logits, config=config),
+        reference=lambda: reference.greedy(logits),
+        dims={"batch": shape["batch"], "vocab": shape["vocab"]},
+        bytes_moved=logits.numel() * logits.element_size(),
+        args=(logits,),
+        time_reference=False,
+        baselines={"torch": lambda: torch.argmax(logits, dim=1)},
+    )
+
+
+def _renorm_case(op, filters):
+    def make(shape, dtype, device) -> OpCase:
+        batch, vocab = shape["batch"], shape["vocab"]
+        probs = torch.softmax(_logits(batch, vocab, torch.float32, device, seed=1), dim=1).to(dtype)
+        top_ks = torch.tensor([1, 2, 7, 50, vocab - 1, vocab, -1, 3, 20], device=device).repeat(batch)[:batch]
+        top_ps = torch.linspace(0.1, 1.0, batch, device=device)
+        min_ps = torch.linspace(0.0, 0.9, batch, device=device)
+        given = {"top_ks": top_ks, "top_ps": top_ps, "min_ps": min_ps}
+        given = {k: v for k, v in given.items() if k in filters}
+        every = torch.full((batch,), vocab, device=device)
+        full = {"top_ks": torch.where(top_ks < 1, vocab, top_ks) if "top_ks" in filters else every,
+                "top_ps": top_ps if "top_ps" in filters else torch.ones(batch, device=device),
+                "min_ps": min_ps if "min_ps" in filters else torch.zeros(batch, device=device)}  # fmt: skip
+        return OpCase(
+            run=lambda config: op(probs, *given.values(), config=config),
+            reference=lambda: reference.renorm_probs(probs, full["top_ks"], full["top_ps"], full["min_ps"]).to(dtype),
+            dims={"batch": batch, "vocab": vocab},
+            bytes_moved=2 * probs.numel() * probs.element_size(),
+            args=(probs, *given.values()),
+        )
+
+    return make
+
+
+def _vocabs(preset, quick):
+    return [1000] if quick else sorted({32000, 128256, 151936, preset.vocab_size})
+
+
+def sample_shapes(preset, quick):
+    return [{"vocab": v, "batch": b} for v in _vocabs(preset, quick) for b in ([4] if quick else [1, 16, 64, 256])]
+
+
+def renorm_shapes(preset, quick):
+    return [{"vocab": v, "batch": b} for v in _vocabs(preset, quick) for b in ([9] if quick else [16, 256])]
+
+
+def tune_candidates(quick):
+    if quick:  # one tile per row, and two tiles per row
+        return [{"BLOCK_R": 4, "BLOCK_V": v} for v in (1024, 512)]
+    return [{"BLOCK_R": r, "BLOCK_V": v} for r in (1, 2, 4, 8) for v in (1024, 2048, 4096, 8192) if r * v <= 16384]
+
+
+def tune_shapes(preset, quick):
+    vocab = 1000 if quick else preset.vocab_size
+    return [{"vocab": vocab, "batch": b} for b in ([4] if quick else [1, 16, 64, 256])]
+
+
+_DOCTOR_RENORM = (({"batch": 9, "vocab": 1000}, torch.float32),)
+_TUNE = dict(tune_candidates=tune_candidates, tune_shapes=tune_shapes, bench_dtype=torch.float32, x_axis="batch")
+SPECS = [
+    OpSpec("sample", "sampling", sample_case, (({"batch": 33, "vocab": 1000}, torch.float32),), sample_shapes,
+           compare=compare_draws, **_TUNE),
+    OpSpec("greedy", "sampling", greedy_case,
+           tuple(({"batch": 33, "vocab": 1000, "tie": True}, d) for d in (torch.float32, torch.bfloat16)),
+           sample_shapes, compare=compare_exact, **_TUNE),
+    OpSpec("top_k_renorm_probs", "sampling", _renorm_case(top_k_renorm_probs, ("top_ks",)), _DOCTOR_RENORM,
+           renorm_shapes, **_TUNE),
+    OpSpec("top_p_renorm_probs", "sampling", _renorm_case(top_p_renorm_probs, ("top_ps",)), _DOCTOR_RENORM,
+           renorm_shapes, **_TUNE),
+    OpSpec("min_p_renorm_probs", "sampling", _renorm_case(min_p_renorm_probs, ("min_ps",)), _DOCTOR_RENORM,
+           renorm_shapes, **_TUNE),
+    OpSpec("renorm_probs", "sampling", _renorm_case(renorm_probs, ("top_ks", "top_ps", "min_ps")), _DOCTOR_RENORM,
+           renorm_shapes, **_TUNE),
+]  # fmt: skip

@@ -1,0 +1,75 @@
+"""What the tools know about an op, declared once, next to the op.
+
+Each op family's ``spec.py`` lists an `OpSpec` per op. `doctor`, `bench` and
+`tune` iterate `all_specs()` and hold no per-op code of their own:
+
+- ``make_case(shape, dtype, device)`` builds one input of the op, the same
+  values every time for the same arguments (in-place ops get fresh tensors
+  per build), as an `OpCase`: ``run(config)`` calls the public op with an
+  explicit launch config (``None``: looked up), ``reference()`` the torch
+  oracle, each returning the tensors to compare; ``dims`` are the
+  dimensions the op looks its config up by; ``bytes_moved`` is what an ideal
+  kernel reads and writes once (for GB/s);
+- ``doctor``: small (shape, dtype) pairs checked against the reference;
+- ``bench_shapes(preset, quick)``: shapes from a model preset;
+- ``tune_candidates(quick)``: the launch configs `kunlun-triton tune` tries
+  at ``tune_shapes(preset, quick)`` (default: the bench shapes), those
+  ``tune_keep(candidate, shape)`` rejects left out.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+FAMILIES = ("norm", "activation", "rope", "attention", "sampling")
+
+
+@dataclass
+class OpCase:
+    run: Callable[[dict | None], object]
+    reference: Callable[[], object]
+    dims: dict
+    bytes_moved: int = 0
+    flops: int = 0
+    args: tuple = ()  # the op's positional inputs, for other implementations (SGLang's) to run on
+    time_reference: bool = True  # bench times `reference` as "torch" (False: too slow, or not the baseline)
+    baselines: dict[str, Callable[[], object]] = field(default_factory=dict)  # more impls for bench to time
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    name: str  # the op: public function, config key, dispatch-report key, bench row
+    family: str
+    make_case: Callable[[dict, torch.dtype, str], OpCase]
+    doctor: tuple  # ((shape, dtype), ...)
+    bench_shapes: Callable[[object, bool], list[dict]]
+    bench_dtype: torch.dtype = torch.bfloat16
+    tune_candidates: Callable[[bool], list[dict]] | None = None
+    tune_shapes: Callable[[object, bool], list[dict]] | None = None  # default: bench_shapes
+    tune_keep: Callable[[dict, dict], bool] | None = None  # (candidate, shape): worth timing?
+    # (out, ref) -> (error, ok) where outputs are random or exact; default:
+    # per-dtype tolerance (scaled by `tolerance_scale`)
+    compare: Callable[[object, object, torch.dtype], tuple[float, bool]] | None = None
+    tolerance_scale: float = 1.0
+    x_axis: str = ""
+
+
+def family_specs(family: str) -> list[OpSpec]:
+    return list(importlib.import_module(f"kunlun_triton.ops.{family}.spec").SPECS)
+
+
+def all_specs(families=FAMILIES) -> dict[str, OpSpec]:
+    """``{op name: spec}`` over the families, in family order."""
+    return {spec.name: spec for family in families for spec in family_specs(family)}
+
+
+def resolve_config(spec_name: str, dims: dict, overlay: dict | None = None) -> dict:
+    """The config the op would look up for `dims`, with `overlay` on top: what
+    the runtime returns once `overlay` is written to a tuned file."""
+    from ..runtime import get_config
+
+    return {**get_config(spec_name, **dims), **(overlay or {})}

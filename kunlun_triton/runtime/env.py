@@ -1,0 +1,67 @@
+"""Every environment variable the package reads, parsed one way.
+
+A malformed value is an error that names the variable and what it accepts,
+never a silent default: ``KUNLUN_TRITON_CHECK=nope`` must not turn checks off
+or on by accident. No torch import here: the SGLang plugin reads these before
+anything heavy is loaded.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+TRUE_WORDS = ("1", "true", "yes", "on")
+FALSE_WORDS = ("0", "false", "no", "off")
+
+
+class EnvError(ValueError):
+    """An environment variable holds a value its reader cannot accept."""
+
+    def __init__(self, name: str, raw: str, expected: str):
+        super().__init__(f"{name}={raw!r}: expected {expected}")
+
+
+def env_str(name: str, default: str | None = None) -> str | None:
+    """The stripped value of `name`, or `default` when unset or blank."""
+    raw = os.environ.get(name)
+    if raw is None or not raw.strip():
+        return default
+    return raw.strip()
+
+
+def env_flag(name: str, default: bool) -> bool:
+    """A boolean switch: 1/0, true/false, yes/no, on/off (any case)."""
+    raw = env_str(name)
+    if raw is None:
+        return default
+    word = raw.lower()
+    if word in TRUE_WORDS:
+        return True
+    if word in FALSE_WORDS:
+        return False
+    raise EnvError(name, raw, "one of " + ", ".join(f"{t}/{f}" for t, f in zip(TRUE_WORDS, FALSE_WORDS)))
+
+
+def env_choice(name: str, choices: tuple[str, ...], default: str) -> str:
+    """One of `choices` (lower-cased), or `default` when unset."""
+    raw = env_str(name)
+    if raw is None:
+        return default
+    if raw.lower() not in choices:
+        raise EnvError(name, raw, "one of " + ", ".join(choices))
+    return raw.lower()
+
+
+def env_float(name: str, default: float, *, positive: bool = True) -> float:
+    """A finite number (> 0 when `positive`), or `default` when unset."""
+    raw = env_str(name)
+    if raw is None:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or (positive and value <= 0):
+        raise EnvError(name, raw, "a finite number" + (" > 0" if positive else ""))
+    return value

@@ -1,0 +1,162 @@
+"""Every place kunlun-triton touches SGLang 0.5.23, in one table, applied once.
+
+A `Touchpoint` names what it installs, its kind, the SGLang object it
+touches (public API or private), what of ours it reaches, and its scope:
+
+- ``plugin``: the general plugin (``sglang.srt.plugins`` entry point) runs
+  in every SGLang process, whichever platform is active; these must only
+  add choices (a backend name, a forward under our dispatch key) or step
+  aside when our platform is not the active one;
+- ``platform``: applied by the platform's ``init_backend`` only, when the
+  kunlun platform is the active one (the collective hooks would otherwise
+  take over another platform's tensor parallelism);
+- ``sglang``: SGLang applies it itself (entry points, and the classes our
+  platform hands back when SGLang asks); listed so the table is complete.
+
+`install(scope)` applies each touchpoint of the scope that is not applied
+yet (one check: the `_applied` set of this process), registering hooks with
+SGLang's own ``HookRegistry`` and applying them once at the end.
+`kunlun-triton serve` prints its routing plan from this table.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Callable
+
+logger = logging.getLogger("kunlun_triton.sglang_plugin")
+
+ATTENTION_BACKEND = "kunlun_triton"
+SAMPLING_BACKEND = "kunlun_triton"
+DISPATCH_KEY = "kunlun"
+
+
+@dataclass(frozen=True)
+class Touchpoint:
+    name: str
+    kind: str  # entry point | registration | hook | fused-op forward | subclass
+    sglang: str  # the SGLang object touched
+    routes: str  # what of ours it reaches
+    scope: str  # plugin | platform | sglang
+    apply: Callable[[], None] | None = None
+
+
+# -- what each touchpoint does ------------------------------------------------
+
+
+def _hook(target: str, hook, kind: str) -> None:
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+    HookRegistry.register(target, hook, HookType[kind])
+
+
+def _register_attention_backend() -> None:
+    from sglang.srt.arg_groups.choices import ATTENTION_BACKEND_CHOICES, add_attention_backend_choices
+    from sglang.srt.layers.attention.attention_registry import register_attention_backend
+
+    if ATTENTION_BACKEND not in ATTENTION_BACKEND_CHOICES:
+        add_attention_backend_choices([ATTENTION_BACKEND])
+
+    @register_attention_backend(ATTENTION_BACKEND)
+    def _create(runner):
+        from .attention import KunlunTritonAttnBackend
+
+        return KunlunTritonAttnBackend(runner)
+
+
+def _register_sampling_backend() -> None:
+    from sglang.srt.layers.sampler import register_sampler_backend
+
+    from .sampler import create_sampler
+
+    register_sampler_backend(SAMPLING_BACKEND, create_sampler)
+
+
+def _register_fused_forwards() -> None:
+    from .fused_ops import register_fused_ops
+
+    register_fused_ops(DISPATCH_KEY)
+
+
+def _hook_request_seeds() -> None:
+    from .sampler import fill_request_seeds
+
+    _hook(SEED_HOOK, fill_request_seeds, "AFTER")
+
+
+def _hook_internal_state() -> None:
+    from .report import add_report_to_internal_state
+
+    _hook(INTERNAL_STATE_HOOK, add_report_to_internal_state, "AFTER")
+
+
+def _hook_report_rpc() -> None:
+    from .report import answer_report_rpc
+
+    _hook(RPC_HOOK, answer_report_rpc, "AROUND")
+
+
+def _hook_collectives() -> None:
+    from .collectives import COORDINATOR, HOOKS
+
+    for method, hook in HOOKS.items():
+        _hook(f"{COORDINATOR}.{method}", hook, "AROUND")
+
+
+SEED_HOOK = "sglang.srt.sampling.sampling_batch_info.SamplingBatchInfo.from_schedule_batch"
+INTERNAL_STATE_HOOK = "sglang.srt.managers.scheduler.Scheduler.get_internal_state"
+RPC_HOOK = "sglang.srt.managers.scheduler.Scheduler.handle_rpc_request"
+ATTENTION_OPS = "decode_attention, extend_attention, store_kv"
+FUSED_OPS = "rms_norm, fused_add_rms_norm, silu_and_mul, gelu_and_mul, rotary_embedding"
+
+TOUCHPOINTS = (
+    Touchpoint("platform plugin", "entry point", "sglang.srt.platforms: kunlun",
+               "kunlun_triton.sglang_plugin:activate (SGLANG_PLATFORM=kunlun)", "sglang"),
+    Touchpoint("general plugin", "entry point", "sglang.srt.plugins: kunlun",
+               "kunlun_triton.sglang_plugin:register (this table, scope plugin)", "sglang"),
+    Touchpoint("platform classes", "subclass", "sglang.srt.platforms.interface.SRTPlatform",
+               "KunlunPlatform / KunlunDevPlatform (device, defaults, dtype policy)", "sglang"),
+    Touchpoint("attention backend", "registration", "attention_registry.register_attention_backend",
+               f"--attention-backend {ATTENTION_BACKEND} -> {ATTENTION_OPS}", "plugin", _register_attention_backend),
+    Touchpoint("sampling backend", "registration", "sampler.register_sampler_backend",
+               f"--sampling-backend {SAMPLING_BACKEND} -> greedy, sample", "plugin", _register_sampling_backend),
+    Touchpoint("fused ops", "fused-op forward", "BaseFusedOp.register_oot_forward (dispatch key kunlun)",
+               f"RMSNorm, SiluAndMul, GeluAndMul, RotaryEmbedding(+subclasses) -> {FUSED_OPS}", "plugin",
+               _register_fused_forwards),
+    Touchpoint("request seeds", "hook", f"{SEED_HOOK} (AFTER)",
+               "a per-request sampling seed for the kunlun_triton sampler", "plugin", _hook_request_seeds),
+    Touchpoint("dispatch report (server)", "hook", f"{INTERNAL_STATE_HOOK} (AFTER)",
+               "GET /server_info internal_states[*].kunlun_triton", "plugin", _hook_internal_state),
+    Touchpoint("dispatch report (engine)", "hook", f"{RPC_HOOK} (AROUND)",
+               "Engine.collective_rpc('kunlun_triton_dispatch_report') on every rank", "plugin", _hook_report_rpc),
+    Touchpoint("KV pool", "subclass", "memory_pool.MHATokenToKVPool (get_kv_pool_cls)",
+               "KunlunMHATokenToKVPool: KV writes -> store_kv", "sglang"),
+    Touchpoint("paged allocator", "subclass", "allocator.base.BaseTokenToKVPoolAllocator (get_paged_allocator_cls)",
+               "kunlun_triton.memory.PagedKVAllocator (page_size > 1)", "sglang"),
+    Touchpoint("collectives", "hook", "parallel_state.GroupCoordinator.{all_reduce, all_gather, ...} (AROUND)",
+               "kunlun_triton.comm.TPCommunicator (tp_size > 1)", "platform", _hook_collectives),
+)  # fmt: skip
+
+_applied: set[str] = set()
+
+
+def install(scope: str) -> list[str]:
+    """Apply the touchpoints of `scope` ("plugin" or "platform") not applied
+    yet in this process; returns the names applied now."""
+    from sglang.srt.plugins.hook_registry import HookRegistry
+
+    done = []
+    for point in TOUCHPOINTS:
+        if point.scope == scope and point.apply is not None and point.name not in _applied:
+            point.apply()
+            _applied.add(point.name)
+            done.append(point.name)
+    if done:
+        HookRegistry.apply_hooks()
+        logger.debug("kunlun-triton installed into SGLang (%s): %s", scope, ", ".join(done))
+    return done
+
+
+def applied() -> set[str]:
+    return set(_applied)
