@@ -14,7 +14,12 @@ Each op family's ``spec.py`` lists an `OpSpec` per op. `doctor`, `bench` and
 - ``bench_shapes(preset, quick)``: shapes from a model preset;
 - ``tune_candidates(quick)``: the launch configs `kunlun-triton tune` tries
   at ``tune_shapes(preset, quick)`` (default: the bench shapes), those
-  ``tune_keep(candidate, shape)`` rejects left out.
+  ``tune_keep(candidate, shape)`` rejects left out;
+- ``kernels(shape, dtype, config)``: the kernels the op launches for a
+  shape under a config, as ahead-of-time compile specs
+  (`kunlun_triton.testing.KernelSpec`), computed by the same code the
+  launcher uses to pick its constexprs; the lowering tests and
+  ``kunlun-triton inspect`` compile these.
 """
 
 from __future__ import annotations
@@ -56,6 +61,7 @@ class OpSpec:
     compare: Callable[[object, object, torch.dtype], tuple[float, bool]] | None = None
     tolerance_scale: float = 1.0
     x_axis: str = ""
+    kernels: Callable[[dict, torch.dtype, dict], list] | None = None
 
 
 def family_specs(family: str) -> list[OpSpec]:
