@@ -37,6 +37,11 @@ class Capabilities:
     bf16_complete: bool  # every op runs in bf16; else the dtype policy picks fp16
     timing_events_reliable: bool  # device events give nonzero elapsed times
     launch_knobs: frozenset = field(default=GENERIC_LAUNCH_KNOBS)
+    # Masked loads may ignore `other=` (Kunlun): kernels then zero masked lanes
+    # with tl.where after the load. A constexpr per target, never paid where
+    # `other=` works (on CUDA/HIP that tl.where sends dot operands through
+    # registers).
+    load_ignores_other: bool = False
 
 
 _ALL_FLOATS = frozenset(FLOAT_DTYPES)
@@ -56,6 +61,7 @@ _PROFILES = {
         bf16_complete=False,
         timing_events_reliable=False,
         launch_knobs=KUNLUN_LAUNCH_KNOBS,
+        load_ignores_other=True,
     ),
     # triton 3.9 interpreter: tl.dot on bf16 returns garbage; fp16/fp32 fine.
     "interpreter": Capabilities(_ALL_FLOATS, True, False, True, False, True, False),
