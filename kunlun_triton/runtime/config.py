@@ -163,10 +163,21 @@ def _resolve_in_file(entry: dict, shape: dict, path, op) -> dict:
 _resolved: dict = {}
 
 
+_generation = [0]
+
+
 def clear_config_cache() -> None:
     """Forget resolved configs (after writing a config file in this process)."""
     _resolved.clear()
     _load_file.cache_clear()
+    _generation[0] += 1
+
+
+def config_generation() -> int:
+    """Changes whenever `clear_config_cache` runs: a launcher may keep
+    `get_config` answers keyed by it (with the target and
+    KUNLUN_TRITON_CONFIG_DIR) and skip the lookup on its hot path."""
+    return _generation[0]
 
 
 def get_config(op: str, target: Target | None = None, **shape) -> dict:
@@ -176,7 +187,9 @@ def get_config(op: str, target: Target | None = None, **shape) -> dict:
     memory: ops call this on every launch, so it must not touch the disk.
     """
     target = target or current_target()
-    key = (op, target, tuple(sorted(shape.items())), tuple(config_dirs()))
+    # The user directory is all that varies in config_dirs(): keying by the
+    # variable keeps a hit free of path work (launchers call this per call).
+    key = (op, target, tuple(sorted(shape.items())), env_str("KUNLUN_TRITON_CONFIG_DIR"))
     if key not in _resolved:
         config: dict = {}
         for path, ops in reversed(load_config_files(target)):
