@@ -107,8 +107,9 @@ LOOKUP_DIMS = {
     "rotary_embedding": {"head_size", "tokens"}, "store_kv": {"row_width", "tokens"},
     "decode_attention": {"head_dim", "group", "batch"}, "extend_attention": {"head_dim", "group"},
     "rms_norm": {"hidden_size"}, "fused_add_rms_norm": {"hidden_size"},
-    **{op: {"batch", "vocab"} for op in ("sample", "greedy", "top_k_renorm_probs", "top_p_renorm_probs",
-                                         "min_p_renorm_probs", "renorm_probs")},
+    # by the vocabulary only: a row's blocks (and so its draw) never depend on the batch
+    **{op: {"vocab"} for op in ("sample", "greedy", "top_k_renorm_probs", "top_p_renorm_probs",
+                                "min_p_renorm_probs", "renorm_probs")},
 }  # fmt: skip
 
 

@@ -38,8 +38,8 @@ the vocabulary only), so a row's arithmetic never depends on its batch:
    left; the last round finishes the rest in one program per row.
 
 Why this design, measured at vocab 151936 (README "Sampling";
-``scripts/sampling_counts.py``): the logits are read 1.0-2.0 times per row
-on average and at most 3 times over every filter mix, on Gaussian and on
+``scripts/sampling_counts.py``): the logits are read 1.0-2.2 times per row
+on average over the filter mixes, at most 4 times, on Gaussian and on
 peaked logits. A radix select needs 4 histogram passes of 256 bins before
 the draw (256 compares per element per pass without shared-memory
 atomics, which Kunlun lacks) and bisection up to 32 passes; FlashInfer's
@@ -49,6 +49,10 @@ race turns "is the draw kept?" into one count and one mass per pivot, and
 the blocks' top values settle the usual top-k in the first read. TOP_R = 4:
 8 settles top-k 50 in the first read too but costs ~19 more SASS per
 element in every first read; 2 sends most top-k 50 rows to a round.
+PIVOTS = 4 and one round (ROUNDS in `ops`): 8 pivots cut the rows finished
+per row in the worst mix from 10 to 6 of 32, for ~60 more SASS per element
+in the round; a second launched round costs two launches for the few rows
+the per-row finish handles in one or two reads.
 
 Everything is plain loads/stores with masks, tl.sum/max/min, integer ops,
 tl.exp/tl.log; no atomics, no sort: the portable subset (docs/design.md).

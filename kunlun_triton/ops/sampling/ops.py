@@ -65,7 +65,7 @@ _constants: dict = {}
 def _constant_rows(value, batch: int, dtype, device) -> torch.Tensor:
     """A cached read-only [batch] tensor of `value` (kernels never write
     their parameter tensors), so a number costs no allocation per call."""
-    key = (value, batch, dtype, str(device))
+    key = (value, batch, dtype, device)
     found = _constants.get(key)
     if found is None:
         if len(_constants) > 256:
@@ -83,7 +83,7 @@ def _per_row(op: str, name: str, value, batch: int, device, kind: str) -> torch.
     if (isinstance(value, torch.Tensor) and value.dtype in _KIND_DTYPES[kind] and value.shape == (batch,)
             and value.device == device and value.is_contiguous()):  # fmt: skip
         return value  # the common case (SGLang's), in a few attribute reads
-    if isinstance(value, numbers.Number) and not isinstance(value, bool):
+    if _is_number(value):
         if kind != "float" and not isinstance(value, numbers.Integral):
             raise TypeError(f"{op}: {name} must be an integer, got {value!r}")
         if kind == "float":
@@ -235,7 +235,12 @@ def greedy_arg_dtypes(logits_dtype) -> dict:
 
 
 def _is_number(value) -> bool:
-    return isinstance(value, numbers.Number) and not isinstance(value, bool)
+    kind = type(value)
+    if kind is int or kind is float:  # the common cases first, without an ABC check
+        return True
+    if kind is torch.Tensor or kind is bool:
+        return False
+    return isinstance(value, numbers.Number) and not isinstance(value, (bool, torch.Tensor))
 
 
 def _plan_flags(vocab: int, temperatures, top_ks, top_ps, min_ps) -> dict:
