@@ -12,6 +12,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from kunlun_triton.comm import CollectiveTimeout, init_tp_group
+from kunlun_triton.runtime import FLOAT_DTYPES
 from kunlun_triton.testing import assert_close
 
 
@@ -22,7 +23,7 @@ def _inputs(world, shape, dtype, seed=0):
 def collectives(rank, world, port):
     torch.set_num_threads(1)
     comm = init_tp_group(rank, world, f"tcp://127.0.0.1:{port}", backend="gloo", timeout_s=60)
-    for dtype in (torch.float32, torch.float16, torch.bfloat16):
+    for dtype in FLOAT_DTYPES:
         xs = _inputs(world, (3, 40), dtype)
         expected = torch.stack([x.float() for x in xs]).sum(0).to(dtype)
         assert_close(comm.all_reduce(xs[rank].clone()), expected, dtype=dtype)

@@ -9,12 +9,13 @@ import itertools
 
 import torch
 
+from ...runtime import FLOAT_DTYPES
 from ..spec import OpCase, OpSpec
 from . import ops, reference
 
 # Leading dims, strided rows, a non-power-of-two half width, values reaching the saturated ends.
 _DOCTOR_SHAPE = {"lead": 2, "rows": 5, "d": 96, "strided": True}
-DOCTOR = tuple((_DOCTOR_SHAPE, d) for d in (torch.float32, torch.float16, torch.bfloat16))
+DOCTOR = tuple((_DOCTOR_SHAPE, d) for d in FLOAT_DTYPES)
 GELU_DOCTOR = DOCTOR + (({**_DOCTOR_SHAPE, "approximate": "tanh"}, torch.float32),)
 
 

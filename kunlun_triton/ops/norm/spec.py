@@ -11,11 +11,12 @@ from __future__ import annotations
 import torch
 import triton
 
+from ...runtime import FLOAT_DTYPES
 from ..spec import OpCase, OpSpec
 from . import reference
 from .ops import MAX_TILE_ELEMENTS, fused_add_rms_norm, rms_norm
 
-DOCTOR = tuple(({"rows": 6, "hidden_size": 96, "strided": True}, d) for d in (torch.float32, torch.float16, torch.bfloat16))
+DOCTOR = tuple(({"rows": 6, "hidden_size": 96, "strided": True}, d) for d in FLOAT_DTYPES)
 
 
 def _inputs(shape, dtype, device):

@@ -10,6 +10,7 @@ import itertools
 
 import torch
 
+from ...runtime import FLOAT_DTYPES
 from ..spec import OpCase, OpSpec
 from . import reference
 from .ops import rotary_embedding
@@ -24,7 +25,7 @@ def cos_sin_cache(rotary_dim: int, max_position: int, base: float, dtype, device
 
 # q and k slices of one qkv buffer, partial rotary dim (64 of 96), both layouts.
 _DOCTOR_SHAPE = {"tokens": 7, "q_heads": 4, "kv_heads": 2, "head_dim": 96, "rotary_dim": 64, "neox": True}
-DOCTOR = tuple((_DOCTOR_SHAPE, d) for d in (torch.float32, torch.float16, torch.bfloat16)) + (
+DOCTOR = tuple((_DOCTOR_SHAPE, d) for d in FLOAT_DTYPES) + (
     ({**_DOCTOR_SHAPE, "neox": False}, torch.bfloat16),
 )
 
