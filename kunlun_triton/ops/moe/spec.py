@@ -76,7 +76,7 @@ def moe_topk_case(shape, dtype, device) -> OpCase:
         reference=lambda: reference.moe_topk(logits, top_k, **kwargs),
         dims={"num_experts": shape["num_experts"]},
         bytes_moved=logits.numel() * _elt(dtype) + shape["tokens"] * top_k * 8,
-        args=(logits, top_k),
+        args=(logits, top_k, kwargs),  # (kwargs last: the routing options, for SGLang's router)
     )
 
 
