@@ -150,7 +150,7 @@ def moe_cases(draw, dtype=None, max_tokens: int = 24):
         w2=w2.to(dtype).to(DEVICE),
         topk_weights=weights.to(DEVICE),
         topk_ids=ids.to(DEVICE),
-        activation=draw(st.sampled_from(["silu", "gelu"])),
+        activation=draw(st.sampled_from(["silu", "gelu", "gelu_tanh"])),
         apply_router_weight_on_input=draw(st.sampled_from([False, False, True])),
     )
 

@@ -99,7 +99,7 @@ def _experts_forward(self, layer, dispatch_output):
     topk_output = dispatch_output.topk_output
     if (
         not TopKOutputChecker.format_is_standard(topk_output)
-        or cfg.activation not in ("silu", "gelu")
+        or cfg.activation not in ("silu", "gelu", "gelu_tanh")
         or not cfg.is_gated
         or cfg.no_combine
         or cfg.gemm1_alpha is not None
@@ -108,6 +108,7 @@ def _experts_forward(self, layer, dispatch_output):
         or self.with_bias
         or self.w13_swiglu_interleaved
         or dispatch_output.hidden_states.dim() != 2
+        or dispatch_output.hidden_states.dtype != layer.w13_weight.dtype
     ):
         return self.forward_native(layer, dispatch_output)
     out = ops.fused_experts(

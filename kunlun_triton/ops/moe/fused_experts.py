@@ -41,7 +41,7 @@ from . import align, reference
 from .tiles import dot_block, gated_activation, load_or_zero, tile_matmul
 
 OP = "fused_experts"
-ACTIVATIONS = ("silu", "gelu")
+ACTIVATIONS = ("silu", "gelu", "gelu_tanh")  # SGLang's names; "gelu" is exact (erf), as its Triton runner
 FORMULATIONS = ("dot", "sum")
 MAX_TOP_K = 32
 MAX_EXPERTS = 1024
@@ -345,8 +345,8 @@ def fused_experts(
     hidden_states [T, H] (rows may be strided); w13 [E, 2I, H] (gate rows,
     then up rows: SGLang's layout) and w2 [E, H, I], in hidden_states'
     dtype; topk_weights [T, K] (any float dtype) and topk_ids [T, K] (int32
-    or int64) as `moe_topk` returns them. `activation`: "silu" or "gelu"
-    (exact). With `apply_router_weight_on_input` the weight scales the
+    or int64) as `moe_topk` returns them. `activation`: "silu", "gelu" (exact, erf) or
+    "gelu_tanh". With `apply_router_weight_on_input` the weight scales the
     input of W13 instead of the output of W2. Checked mode (`check`,
     ``KUNLUN_TRITON_CHECK``) rejects ids outside [0, E) (a sync); unchecked,
     such slots contribute nothing (expert parallelism's -1). `formulation`

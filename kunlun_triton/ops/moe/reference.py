@@ -70,7 +70,9 @@ def moe_topk(
 
 
 def _activation(gate: torch.Tensor, activation: str) -> torch.Tensor:
-    return F.silu(gate) if activation == "silu" else F.gelu(gate)
+    if activation == "silu":
+        return F.silu(gate)
+    return F.gelu(gate, approximate="tanh" if activation == "gelu_tanh" else "none")
 
 
 def fused_experts(

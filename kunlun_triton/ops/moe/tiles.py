@@ -6,6 +6,7 @@ import triton
 import triton.language as tl
 
 SQRT_HALF = tl.constexpr(0.7071067811865476)
+SQRT_2_OVER_PI = tl.constexpr(0.7978845608028654)
 
 
 @triton.jit
@@ -40,13 +41,20 @@ def tile_matmul(a, b, acc, USE_DOT: tl.constexpr, DOT_FP32: tl.constexpr):
 @triton.jit
 def gated_activation(gate, up, ACTIVATION: tl.constexpr):
     """act(gate) * up in fp32. ACTIVATION 0: silu(g) = g / (1 + exp(-g)),
-    1: exact gelu(g) = g / 2 * (1 + erf(g / sqrt(2)))."""
+    1: exact gelu(g) = g / 2 * (1 + erf(g / sqrt(2))),
+    2: gelu_tanh(g) = g / 2 * (1 + tanh(sqrt(2 / pi) * (g + 0.044715 g^3)))."""
     if ACTIVATION == 0:
         e = tl.exp(-tl.abs(gate))  # exp of a non-positive number: never overflows
         sigmoid = tl.where(gate >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
         return gate * sigmoid * up
-    else:
+    elif ACTIVATION == 1:
         return 0.5 * gate * (1.0 + tl.erf(gate * SQRT_HALF)) * up
+    else:
+        # tanh(|z|) = (1 - e) / (1 + e), e = exp(-2|z|): no overflow, no tanh needed
+        z = SQRT_2_OVER_PI * (gate + 0.044715 * gate * gate * gate)
+        e = tl.exp(-2.0 * tl.abs(z))
+        t = (1.0 - e) / (1.0 + e)
+        return 0.5 * gate * (1.0 + tl.where(z >= 0, t, -t)) * up
 
 
 def dot_block(size: int, use_dot: bool) -> int:
