@@ -17,7 +17,7 @@ import pytest
 from kt_sglang_support import output_ids, start_engine
 
 CHUNK = 16  # chunked prefill smaller than the long prompt below
-NEW = 6
+NEW = 4  # few decode steps: the interpreter makes each one slow
 CASES = [("qwen3_moe", 2), ("mixtral", 1)]
 
 
@@ -58,7 +58,7 @@ def test_greedy_matches_hf_through_radix_cache_and_chunked_prefill(moe):
 def test_dispatch_report_shows_the_moe_ops_on_triton(moe):
     from kunlun_triton.sglang_plugin.report import engine_dispatch_report
 
-    moe.engine.generate(input_ids=moe.hf.encode("Hello, how are you today?"), sampling_params=_greedy(2))
+    moe.engine.generate(input_ids=moe.hf.encode("Hello, how are you today?"), sampling_params=_greedy(1))
     reports = engine_dispatch_report(moe.engine)
     assert sorted(reports) == list(range(moe.tp_size))
     for rank, rep in reports.items():
@@ -67,4 +67,4 @@ def test_dispatch_report_shows_the_moe_ops_on_triton(moe):
             assert op in ops, f"rank {rank}: {op} never ran: {sorted(ops)}"
             assert ops[op]["impl"] == "triton" and set(ops[op]["calls"]) == {"triton"}, (rank, op, ops[op])
         # one router and one experts call per layer (2 layers) per forward, prefill and decode alike
-        assert ops["moe_topk"]["calls"]["triton"] == ops["fused_experts"]["calls"]["triton"] >= 2 * 3
+        assert ops["moe_topk"]["calls"]["triton"] == ops["fused_experts"]["calls"]["triton"] >= 2 * 2

@@ -36,7 +36,14 @@ import triton.language as tl
 
 from ...runtime import capabilities, current_target, env_str, get_config, launch_options, use_triton
 from ...runtime.dtypes import INDEX_DTYPES
-from ..validation import checked_mode, power_of_two_at_most, require_choice, require_same, require_same_device, require_tensor
+from ..validation import (
+    checked_mode,
+    power_of_two_at_most,
+    require_choice,
+    require_same,
+    require_same_device,
+    require_tensor,
+)
 from . import align, reference
 from .tiles import dot_block, gated_activation, load_or_zero, tile_matmul
 
@@ -216,9 +223,11 @@ def _validate(x, w13, w2, topk_weights, topk_ids, activation, formulation):
     if two_inter % 2 or two_inter == 0:
         raise ValueError(f"{OP}: w13 must hold gate and up rows [E, 2I, H], got shape {tuple(w13.shape)}")
     inter = two_inter // 2
-    require_same(OP, "w13's shape and (E, 2I, hidden size)", w13=tuple(w13.shape), expected=(experts, 2 * inter, hidden))
+    require_same(OP, "w13's shape and (E, 2I, hidden size)", w13=tuple(w13.shape),
+                 expected=(experts, 2 * inter, hidden))  # fmt: skip
     require_same(OP, "w2's shape and (E, hidden size, I)", w2=tuple(w2.shape), expected=(experts, hidden, inter))
-    require_same(OP, "dtypes of hidden_states and the expert weights", hidden_states=x.dtype, w13=w13.dtype, w2=w2.dtype)
+    require_same(OP, "dtypes of hidden_states and the expert weights", hidden_states=x.dtype, w13=w13.dtype,
+                 w2=w2.dtype)  # fmt: skip
     require_same(OP, "shapes of topk_weights and topk_ids", topk_weights=tuple(topk_weights.shape),
                  topk_ids=tuple(topk_ids.shape))  # fmt: skip
     top_k = topk_ids.shape[1]
@@ -279,7 +288,7 @@ class _Plan:
         self.sum_cols = -(-hidden // block_h)
         self.sum = dict(H=hidden, E=experts, TOP_K=top_k, BLOCK_T=self.sum_rows, BLOCK_H=block_h,
                         ZERO_AFTER_LOAD=zero)  # fmt: skip
-        self.formulation = name
+        self.formulation, self.zero_after_load = name, zero
 
 
 _plans: dict = {}
@@ -366,8 +375,7 @@ def fused_experts(
                  bool(apply_router_weight_on_input), formulation, config)  # fmt: skip
     ids = topk_ids if topk_ids.is_contiguous() else topk_ids.contiguous()
     weights = topk_weights if topk_weights.is_contiguous() else topk_weights.contiguous()
-    sorted_slots, block_info, bound = align_slots(ids, experts, plan.block_m, plan.align,
-                                                  plan.sum["ZERO_AFTER_LOAD"])  # fmt: skip
+    sorted_slots, block_info, bound = align_slots(ids, experts, plan.block_m, plan.align, plan.zero_after_load)
     n = tokens * top_k
     inter_cache = torch.empty(n, inter, dtype=hidden_states.dtype, device=hidden_states.device)
     moe_gate_up_kernel[(bound, plan.gate_up_tiles)](

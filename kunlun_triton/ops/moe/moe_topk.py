@@ -22,7 +22,14 @@ import triton
 import triton.language as tl
 
 from ...runtime import current_target, env_str, get_config, launch_options, use_triton
-from ..validation import checked_mode, require_choice, require_number, require_same_device, require_tensor
+from ..validation import (
+    checked_mode,
+    power_of_two_at_most,
+    require_choice,
+    require_number,
+    require_same_device,
+    require_tensor,
+)
 from . import reference
 
 OP = "moe_topk"
@@ -142,7 +149,8 @@ def _validate(router_logits, top_k, scoring, correction_bias, num_expert_group, 
     if correction_bias is not None:
         require_tensor(OP, "correction_bias", correction_bias, ndim=1)
         if correction_bias.shape[0] != experts:
-            raise ValueError(f"{OP}: correction_bias has {correction_bias.shape[0]} entries but there are {experts} experts")
+            raise ValueError(f"{OP}: correction_bias has {correction_bias.shape[0]} entries but there are "
+                             f"{experts} experts")  # fmt: skip
     require_same_device(OP, router_logits=router_logits, correction_bias=correction_bias)
     if (num_expert_group is None) != (topk_group is None):
         raise ValueError(f"{OP}: num_expert_group and topk_group go together, got {num_expert_group} and {topk_group}")
@@ -175,8 +183,7 @@ def _plan(experts, top_k, groups, topk_group, scoring, has_bias, renormalize, sc
     if plan is None:
         config = get_config(OP, num_experts=experts) if config is None else config
         block_e = triton.next_power_of_2(experts)
-        rows = triton.next_power_of_2(max(1, int(config.get("ROWS_PER_PROGRAM", 4))))
-        rows = max(1, min(rows, MAX_TILE // block_e))
+        rows = max(1, min(power_of_two_at_most(config.get("ROWS_PER_PROGRAM", 4)), MAX_TILE // block_e))
         meta = dict(E=experts, BLOCK_E=block_e, TOP_K=top_k, BLOCK_K=triton.next_power_of_2(top_k), ROWS=rows,
                     SIGMOID=scoring == "sigmoid", HAS_BIAS=has_bias, GROUPS=groups,
                     BLOCK_G=triton.next_power_of_2(max(groups, 1)), TOPK_GROUP=topk_group,
