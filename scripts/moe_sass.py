@@ -37,6 +37,7 @@ import tempfile
 from pathlib import Path
 
 os.environ.pop("TRITON_INTERPRET", None)
+os.environ.pop("SGLANG_PLATFORM", None)  # our development mode would turn the interpreter back on
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
@@ -47,7 +48,7 @@ from triton.compiler import ASTSource  # noqa: E402
 
 from kunlun_triton.ops.moe import spec as moe_spec  # noqa: E402
 from kunlun_triton.runtime import get_config  # noqa: E402
-from kunlun_triton.sglang_plugin.baselines.moe import fused_moe_kernel_spec  # noqa: E402
+from kunlun_triton.sglang_plugin.baselines.moe import fused_experts_kernel_baselines  # noqa: E402
 
 BIN = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
 PHASES = {"decode": 16, "prefill": 4096}
@@ -113,13 +114,11 @@ def rows(model: str, phase: str) -> list[dict]:
                         hidden_size=hidden, intermediate_size=inter)  # fmt: skip
     options = {k: config[k] for k in ("num_warps", "num_stages") if k in config}
     ours = {k.kernel.split(":")[1]: k for k in moe_spec.fused_experts_kernels(shape, torch.bfloat16, config)}
+    theirs = fused_experts_kernel_baselines(shape, torch.bfloat16, config)
     up, down = ours["moe_gate_up_kernel"], ours["moe_down_kernel"]
+    theirs_up, theirs_down = theirs["moe_gate_up_kernel"], theirs["moe_down_kernel"]
     bm, bn, bk = up.constexprs["BLOCK_M"], up.constexprs["BLOCK_N"], up.constexprs["BLOCK_K"]
     dbn, dbk = down.constexprs["BLOCK_N"], down.constexprs["BLOCK_K"]
-    theirs_up = fused_moe_kernel_spec(torch.bfloat16, block_m=bm, block_n=2 * bn, block_k=bk, top_k=top_k,
-                                      mul_routed_weight=False, even_k=hidden % bk == 0)  # fmt: skip
-    theirs_down = fused_moe_kernel_spec(torch.bfloat16, block_m=bm, block_n=dbn, block_k=dbk, top_k=1,
-                                        mul_routed_weight=True, even_k=inter % dbk == 0)  # fmt: skip
     ints_ours = {"x_stride", "w_stride_e", "w_stride_n", "out_stride"}
     ints_theirs = {"N", "K", "EM", "num_valid_tokens", "stride_am", "stride_be", "stride_bn", "stride_cm"}
     out = []

@@ -9,7 +9,10 @@ register/spill table).
   W13 into a [T*K, 2I] cache, ``silu_and_mul``, ``fused_moe_kernel`` for W2
   with the routed weight, then the K-sum.
 
-Importing this module imports sglang (ImportError when absent).
+Importing this module imports sglang (ImportError when absent). Compile
+the specs in a process without ``SGLANG_PLATFORM=kunlun``: our platform's
+development mode sets ``TRITON_INTERPRET=1`` as SGLang loads, which turns
+SGLang's kernels into interpreted functions.
 """
 
 from __future__ import annotations
@@ -82,3 +85,21 @@ def fused_moe_kernel_spec(dtype: torch.dtype, *, block_m: int, block_n: int, blo
     }  # fmt: skip
     signature.update({k: "constexpr" for k in constexprs})
     return KernelSpec(FUSED_MOE_KERNEL, signature, constexprs)
+
+
+def fused_experts_kernel_baselines(shape: dict, dtype: torch.dtype, config: dict | None = None) -> dict:
+    """``{our kernel: SGLang's}`` for a `fused_experts` shape: SGLang's
+    ``fused_moe_kernel`` at the block sizes our W13 and W2 kernels use there
+    (from the op spec's ``kernels``, the same code as the launcher)."""
+    from kunlun_triton.ops.moe.spec import fused_experts_kernels
+
+    ours = {k.kernel.split(":")[1]: k for k in fused_experts_kernels(shape, dtype, config)}
+    up, down = ours["moe_gate_up_kernel"].constexprs, ours["moe_down_kernel"].constexprs
+    return {
+        "moe_gate_up_kernel": fused_moe_kernel_spec(
+            dtype, block_m=up["BLOCK_M"], block_n=2 * up["BLOCK_N"], block_k=up["BLOCK_K"], top_k=shape["top_k"],
+            mul_routed_weight=False, even_k=shape["hidden_size"] % up["BLOCK_K"] == 0),
+        "moe_down_kernel": fused_moe_kernel_spec(
+            dtype, block_m=down["BLOCK_M"], block_n=down["BLOCK_N"], block_k=down["BLOCK_K"], top_k=1,
+            mul_routed_weight=True, even_k=shape["intermediate_size"] % down["BLOCK_K"] == 0),
+    }  # fmt: skip

@@ -90,6 +90,10 @@ def test_many_slots_take_the_multi_program_alignment(dtype):
     _check(_case(75, 16, 4, 40, 24, dtype, seed=3))
 
 
+def test_prefill_of_thousands_of_tokens():
+    _check(_case(1024, 8, 2, 16, 24, torch.bfloat16, seed=6))
+
+
 def test_every_token_to_one_expert_over_many_blocks():
     ids = torch.full((70, 1), 5)
     _check(_case(70, 8, 1, 64, 33, torch.float16, ids=ids))

@@ -79,3 +79,22 @@ def test_experts_match_sglang_moe_forward_native(activation, ours):
     ours = fused_experts(x.to(DEVICE), layer.w13_weight.to(DEVICE), layer.w2_weight.to(DEVICE), weights, ids,
                          activation=ours)  # fmt: skip
     assert_close(ours.cpu(), theirs, scale=2)
+
+
+def test_sglang_fused_moe_kernel_specs_lower_at_our_block_sizes(monkeypatch):
+    """The AOT specs of SGLang's fused_moe_kernel that `inspect` and
+    scripts/moe_sass.py compare ours with are valid: they compile for sm_90
+    at the block sizes our W13 and W2 kernels use. (The compiling child
+    must not select our platform: its development mode would turn SGLang's
+    kernels into interpreted functions as SGLang imports.)"""
+    monkeypatch.delenv("SGLANG_PLATFORM", raising=False)
+    from kunlun_triton.sglang_plugin.baselines.moe import fused_experts_kernel_baselines
+    from kunlun_triton.testing import assert_lowers
+
+    shape = {"tokens": 64, "num_experts": 8, "top_k": 2, "hidden_size": 256, "intermediate_size": 96}
+    specs = fused_experts_kernel_baselines(shape, torch.bfloat16, {"formulation": "dot", "BLOCK_M": 16,
+                                                                    "BLOCK_N": 32, "BLOCK_K": 64})  # fmt: skip
+    up, down = specs["moe_gate_up_kernel"], specs["moe_down_kernel"]
+    assert (up.constexprs["BLOCK_SIZE_N"], down.constexprs["BLOCK_SIZE_N"]) == (64, 32)
+    assert not up.constexprs["MUL_ROUTED_WEIGHT"] and down.constexprs["MUL_ROUTED_WEIGHT"]
+    assert_lowers([up, down], targets=("cuda",))
