@@ -1,5 +1,5 @@
 """Public ops, one folder per op family (`norm`, `activation`, `rope`,
-`attention`, `sampling`), each holding its ``@triton.jit`` kernels, its
+`attention`, `sampling`, `moe`), each holding its ``@triton.jit`` kernels, its
 launchers (validate, pick a config, launch; or run the torch reference where
 no Triton target runs), its pure-torch reference and its specs (`spec.OpSpec`:
 what doctor, bench and tune need). One name per op everywhere: function,
@@ -26,6 +26,8 @@ FAMILY_OF = {
     "top_p_renorm_probs": "sampling",
     "min_p_renorm_probs": "sampling",
     "renorm_probs": "sampling",
+    "moe_topk": "moe",
+    "fused_experts": "moe",
 }
 
 __all__ = sorted(FAMILY_OF)

@@ -30,7 +30,7 @@ from typing import Callable
 
 import torch
 
-FAMILIES = ("norm", "activation", "rope", "attention", "sampling")
+FAMILIES = ("norm", "activation", "rope", "attention", "sampling", "moe")
 
 
 @dataclass

@@ -23,7 +23,7 @@ AOT_TARGETS = {"cuda": ("cuda", 90, 32), "hip": ("hip", "gfx942", 64)}
 class KernelSpec:
     """A kernel to compile: ``"package.module:kernel_name"``, its argument
     types in Triton's notation (``*fp16``, ``i32``, ``fp32``, ``constexpr``)
-    and the constexpr values."""
+    and the constexpr values (a Triton dtype by name: ``"tl.bfloat16"``)."""
 
     kernel: str
     signature: dict
@@ -38,6 +38,7 @@ class KernelSpec:
 _CHILD = r"""
 import importlib, json, sys, traceback
 import triton
+import triton.language as tl
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 jobs = json.load(sys.stdin)
@@ -46,7 +47,10 @@ for job in jobs:
     module, name = job["kernel"].split(":")
     fn = getattr(importlib.import_module(module), name)
     try:
-        src = ASTSource(fn=fn, signature=job["signature"], constexprs=job["constexprs"])
+        # a Triton dtype travels as its name ("tl.bfloat16": JSON has no dtypes)
+        constexprs = {k: getattr(tl, v[3:]) if isinstance(v, str) and v.startswith("tl.") else v
+                      for k, v in job["constexprs"].items()}
+        src = ASTSource(fn=fn, signature=job["signature"], constexprs=constexprs)
         compiled = triton.compile(src, target=GPUTarget(*job["target"]))
         results.append({"ok": True, "asm": sorted(compiled.asm)})
     except Exception as exc:

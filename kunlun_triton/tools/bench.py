@@ -79,7 +79,7 @@ def _time_impl(fn, warmup, repeat) -> tuple[object, str | None]:
 def run_case(case: BenchCase, warmup: int, repeat: int, peak_gbps: float | None) -> list[dict]:
     rows = []
     try:
-        impls, bytes_moved, _ = case.build()
+        impls, bytes_moved, flops = case.build()
     except Exception as exc:  # one broken case must not end the run
         error = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
         return [{"family": case.family, "op": case.op, **case.params, "impl": "-", "time_us": None, "error": error}]
@@ -96,6 +96,8 @@ def run_case(case: BenchCase, warmup: int, repeat: int, peak_gbps: float | None)
                 peak_fraction=gbps / peak_gbps if gbps and peak_gbps else None,
                 clock=timing.clock,
             )
+            if flops:  # compute-bound ops (MoE prefill) say how close to the tensor-core peak
+                row["tflops"] = flops / timing.median_s / 1e12
         row["x_axis"] = case.x_axis
         rows.append(row)
     for other in dict.fromkeys((case.baseline, *COMPARED_WITH)):

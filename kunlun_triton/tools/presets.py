@@ -30,6 +30,10 @@ class ModelPreset:
     vocab_size: int
     num_layers: int
     rope_theta: float
+    # mixture of experts (0: a dense model): routed experts, experts per token, expert MLP width
+    num_experts: int = 0
+    num_experts_per_tok: int = 0
+    moe_intermediate_size: int = 0
 
 
 MODEL_PRESETS = {
@@ -38,6 +42,8 @@ MODEL_PRESETS = {
         ModelPreset("llama-3-8b", 4096, 14336, 32, 8, 128, 128256, 32, 500000.0),
         ModelPreset("qwen2.5-7b", 3584, 18944, 28, 4, 128, 152064, 28, 1000000.0),
         ModelPreset("qwen2.5-14b", 5120, 13824, 40, 8, 128, 152064, 48, 1000000.0),
+        ModelPreset("qwen3-30b-a3b", 2048, 6144, 32, 4, 128, 151936, 48, 1000000.0, 128, 8, 768),
+        ModelPreset("mixtral-8x7b", 4096, 14336, 32, 8, 128, 32000, 32, 1000000.0, 8, 2, 14336),
     )
 }
 DEFAULT_PRESET = "llama-3-8b"

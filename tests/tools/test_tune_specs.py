@@ -107,6 +107,8 @@ LOOKUP_DIMS = {
     "rotary_embedding": {"head_size", "tokens"}, "store_kv": {"row_width", "tokens"},
     "decode_attention": {"head_dim", "group", "batch"}, "extend_attention": {"head_dim", "group"},
     "rms_norm": {"hidden_size"}, "fused_add_rms_norm": {"hidden_size"},
+    "moe_topk": {"num_experts"},
+    "fused_experts": {"tokens", "num_experts", "top_k", "hidden_size", "intermediate_size"},
     **{op: {"batch", "vocab"} for op in ("sample", "greedy", "top_k_renorm_probs", "top_p_renorm_probs",
                                          "min_p_renorm_probs", "renorm_probs")},
 }  # fmt: skip
@@ -128,7 +130,7 @@ def test_full_search_spaces_are_sane(has_dot, monkeypatch):
         candidates = [c for c in spec.tune_candidates(False)]
         assert 4 <= len(candidates) <= 64, (spec.name, len(candidates))
         forms = {c.get("formulation") for c in candidates}
-        if spec.name.endswith("_attention"):
+        if spec.name.endswith("_attention") or spec.name == "fused_experts":
             assert forms == ({"dot", "sum"} if has_dot else {None}), (spec.name, forms)
         else:
             assert forms == {None}
