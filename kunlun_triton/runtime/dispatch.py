@@ -10,6 +10,7 @@ raises instead of falling back).
 
 from __future__ import annotations
 
+import os
 import threading
 from collections import defaultdict
 
@@ -26,8 +27,15 @@ class DispatchError(RuntimeError):
     """KUNLUN_TRITON_BACKEND=triton but the Triton path cannot run."""
 
 
+_parsed_backend: dict = {}
+
+
 def forced_backend() -> str:
-    return env_choice("KUNLUN_TRITON_BACKEND", BACKENDS, "auto")
+    raw = os.environ.get("KUNLUN_TRITON_BACKEND")
+    backend = _parsed_backend.get(raw)
+    if backend is None:  # parsed once per value: every op call asks
+        backend = _parsed_backend[raw] = env_choice("KUNLUN_TRITON_BACKEND", BACKENDS, "auto")
+    return backend
 
 
 _lock = threading.Lock()

@@ -13,6 +13,7 @@ Detection order (first match wins):
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 import shutil
@@ -106,5 +107,22 @@ def detect_target() -> Target:
     )
 
 
+_override: list[Target] = []
+
+
 def current_target() -> Target:
-    return detect_target()
+    return _override[-1] if _override else detect_target()
+
+
+@contextlib.contextmanager
+def targeting(target: Target):
+    """Within the block, `current_target()` is `target` (configs, capabilities
+    and dispatch follow it). For tools that plan another target's launches
+    on this machine (``kunlun-triton inspect``, lowering tests): a target
+    whose ``device_type`` is ``"meta"`` runs the launchers on meta tensors,
+    with the launches stubbed (`kunlun_triton.testing.launches`)."""
+    _override.append(target)
+    try:
+        yield target
+    finally:
+        _override.pop()

@@ -109,6 +109,56 @@ def extend_shapes(preset, quick):
             for e in ([32] if quick else [512, 2048])]  # fmt: skip
 
 
+# ---- kernels: the launches of one call, planned for the active target on
+# meta tensors (no memory, any size): `OpSpec.kernels`.
+
+
+def _meta(*shape, dtype):
+    return torch.empty(shape, dtype=dtype, device="meta")
+
+
+def store_kv_kernels(shape, dtype, config):
+    from ...testing.launches import meta_kernel_specs
+
+    tokens, kv_heads, head_dim = shape["tokens"], shape["kv_heads"], shape["head_dim"]
+    k, v = _meta(tokens, kv_heads, head_dim, dtype=dtype), _meta(tokens, kv_heads, head_dim, dtype=dtype)
+    pool = shape.get("slots", max(4 * tokens, 16))
+    k_buffer, v_buffer = _meta(pool, kv_heads, head_dim, dtype=dtype), _meta(pool, kv_heads, head_dim, dtype=dtype)
+    loc = _meta(tokens, dtype=torch.int64)
+    return meta_kernel_specs(lambda: store_kv(k, v, k_buffer, v_buffer, loc, check=False, config=config))
+
+
+def decode_attention_kernels(shape, dtype, config):
+    from ...testing.launches import meta_kernel_specs
+
+    lens = shape.get("lens") or [shape["context_len"]] * shape["batch"]
+    batch, total = len(lens), sum(lens)
+    q_heads, kv_heads, head_dim = shape["q_heads"], shape["kv_heads"], shape["head_dim"]
+    q, o = _meta(batch, q_heads, head_dim, dtype=dtype), _meta(batch, q_heads, head_dim, dtype=dtype)
+    slots = total + shape.get("page_size", 1)
+    k_buffer, v_buffer = _meta(slots, kv_heads, head_dim, dtype=dtype), _meta(slots, kv_heads, head_dim, dtype=dtype)
+    indptr, indices = _meta(batch + 1, dtype=torch.int32), _meta(total, dtype=torch.int32)
+    return meta_kernel_specs(lambda: decode_attention(q, k_buffer, v_buffer, o, indptr, indices, head_dim**-0.5,
+                                                      check=False, config=config))  # fmt: skip
+
+
+def extend_attention_kernels(shape, dtype, config):
+    from ...testing.launches import meta_kernel_specs
+
+    prefix = shape.get("prefix_lens") or [shape["prefix_len"]] * shape["batch"]
+    extend = shape.get("extend_lens") or [shape["extend_len"]] * shape["batch"]
+    q_heads, kv_heads, head_dim = shape["q_heads"], shape["kv_heads"], shape["head_dim"]
+    tokens, cached = sum(extend), sum(prefix)
+    q, o = _meta(tokens, q_heads, head_dim, dtype=dtype), _meta(tokens, q_heads, head_dim, dtype=dtype)
+    k, v = _meta(tokens, kv_heads, head_dim, dtype=dtype), _meta(tokens, kv_heads, head_dim, dtype=dtype)
+    slots = cached + tokens + shape.get("page_size", 1)
+    k_buffer, v_buffer = _meta(slots, kv_heads, head_dim, dtype=dtype), _meta(slots, kv_heads, head_dim, dtype=dtype)
+    qo_indptr, kv_indptr = _meta(len(extend) + 1, dtype=torch.int32), _meta(len(prefix) + 1, dtype=torch.int32)
+    kv_indices = _meta(cached, dtype=torch.int32)
+    return meta_kernel_specs(lambda: extend_attention(q, k, v, o, k_buffer, v_buffer, qo_indptr, kv_indptr, kv_indices,
+                                                      max(extend), head_dim**-0.5, check=False, config=config))  # fmt: skip
+
+
 # ---- tune: lookup dims are store_kv (row_width, tokens), decode (head_dim,
 # group, batch), extend (head_dim, group); context and prefix lengths are not
 # lookup dims, so one representative length is tuned.
@@ -166,13 +216,15 @@ def extend_tune_shapes(preset, quick):
 
 SPECS = [
     OpSpec("store_kv", "attention", store_kv_case, (({"tokens": 5, "kv_heads": 2, "head_dim": 64}, torch.float16),),
-           store_kv_shapes, bench_dtype=torch.float16, tune_candidates=store_kv_candidates, x_axis="tokens"),
+           store_kv_shapes, bench_dtype=torch.float16, tune_candidates=store_kv_candidates, x_axis="tokens",
+           kernels=store_kv_kernels),
     OpSpec("decode_attention", "attention", decode_attention_case,
            (({"lens": [37, 1, 100], "q_heads": 8, "kv_heads": 2, "head_dim": 128, "page_size": 16}, torch.float16),),
            decode_shapes, bench_dtype=torch.float16, tune_candidates=decode_candidates,
-           tune_shapes=decode_tune_shapes, tolerance_scale=2, x_axis="context_len"),
+           tune_shapes=decode_tune_shapes, tolerance_scale=2, x_axis="context_len", kernels=decode_attention_kernels),
     OpSpec("extend_attention", "attention", extend_attention_case,
            (({"prefix_lens": [20, 0], "extend_lens": [9, 24], "q_heads": 8, "kv_heads": 2, "head_dim": 128, "page_size": 16}, torch.float16),),
            extend_shapes, bench_dtype=torch.float16, tune_candidates=extend_candidates,
-           tune_shapes=extend_tune_shapes, tune_keep=extend_keep, tolerance_scale=2, x_axis="prefix_len"),
+           tune_shapes=extend_tune_shapes, tune_keep=extend_keep, tolerance_scale=2, x_axis="prefix_len",
+           kernels=extend_attention_kernels),
 ]  # fmt: skip

@@ -14,3 +14,12 @@ def bench_baselines() -> dict:
         "extend_attention": {"sglang": extend_baseline},
         "sample": {"sglang": sample_baseline},
     }
+
+
+def inspect_baselines() -> dict:
+    """``{op: fn(shape, dtype) -> [KernelSpec]}``: SGLang's kernels for the
+    op's job, planned for the active target the way SGLang's launchers plan
+    them (`kunlun-triton inspect --compare sglang`)."""
+    from .attention import decode_inspect_specs, extend_inspect_specs
+
+    return {"decode_attention": decode_inspect_specs, "extend_attention": extend_inspect_specs}

@@ -59,3 +59,82 @@ def extend_baseline(case):
     """SGLang's extend on an `extend_attention` bench case (its own output buffer)."""
     q, k, v, o, *rest = case.args
     return sglang_extend(q, k, v, torch.empty_like(o), *rest)
+
+
+# ---- ahead-of-time specs of SGLang's kernels (`kunlun-triton inspect --compare sglang`)
+#
+# SGLang's launchers pick their constexprs from module globals set at import
+# from the machine (`_is_hip`, `_is_cuda`, `CUDA_CAPABILITY`). To plan the
+# launches SGLang would make on another target, those globals are set to that
+# target's values for the duration of one stubbed call on meta tensors; the
+# launcher code itself runs unchanged.
+
+_DECODE_MODULE = "sglang.kernels.ops.attention.decode_attention"
+_EXTEND_MODULE = "sglang.kernels.ops.attention.extend_attention"
+
+
+def _target_globals(target) -> dict:
+    """{module: {global: value}} SGLang computes at import on `target`."""
+    if target.name == "hip":
+        gfx95 = target.arch.startswith("gfx95")
+        return {_DECODE_MODULE: {"_is_hip": True, "_is_gfx1250": False},
+                _EXTEND_MODULE: {"_is_cuda": False, "_is_hip": True, "_is_gfx95": gfx95, "_is_gfx1250": False}}
+    major, minor = (int(target.arch[3]), int(target.arch[4:] or 0)) if target.arch.startswith("sm_") else (9, 0)
+    return {_DECODE_MODULE: {"_is_hip": False, "_is_gfx1250": False},
+            _EXTEND_MODULE: {"_is_cuda": True, "CUDA_CAPABILITY": (major, minor), "_is_hip": False, "_is_gfx95": False,
+                             "_is_gfx1250": False}}  # fmt: skip
+
+
+def _as_on_target(call):
+    """`kernel_specs` of ``call()`` with SGLang's target globals for the active target."""
+    import contextlib
+    import importlib
+    from unittest import mock
+
+    from kunlun_triton.runtime import current_target
+    from kunlun_triton.testing.launches import meta_kernel_specs
+
+    with contextlib.ExitStack() as stack:
+        for module, values in _target_globals(current_target()).items():
+            mod = importlib.import_module(module)
+            for name, value in values.items():
+                stack.enter_context(mock.patch.object(mod, name, value, create=True))
+        return meta_kernel_specs(call)
+
+
+def _meta(*shape, dtype):
+    return torch.empty(shape, dtype=dtype, device="meta")
+
+
+def decode_inspect_specs(shape, dtype, max_kv_splits: int = SGLANG_DEFAULT_KV_SPLITS):
+    """SGLang's decode kernels (grouped stage 1 or MHA stage 1, stage 2) for a
+    `decode_attention` shape, launched as its Triton backend launches them
+    (``--triton-attention-num-kv-splits`` = `max_kv_splits`)."""
+    lens = shape.get("lens") or [shape["context_len"]] * shape["batch"]
+    batch, total = len(lens), sum(lens)
+    q_heads, kv_heads, head_dim = shape["q_heads"], shape["kv_heads"], shape["head_dim"]
+    q, o = _meta(batch, q_heads, head_dim, dtype=dtype), _meta(batch, q_heads, head_dim, dtype=dtype)
+    slots = total + shape.get("page_size", 1)
+    k_buffer, v_buffer = _meta(slots, kv_heads, head_dim, dtype=dtype), _meta(slots, kv_heads, head_dim, dtype=dtype)
+    indptr, indices = _meta(batch + 1, dtype=torch.int32), _meta(total, dtype=torch.int32)
+    logits = _meta(batch, q_heads, max_kv_splits, head_dim, dtype=torch.float32)
+    lse = _meta(batch, q_heads, max_kv_splits, dtype=torch.float32)
+    splits = _meta(batch, dtype=torch.int32)
+    return _as_on_target(lambda: decode_attention_fwd(q, k_buffer, v_buffer, o, indptr, indices, logits, lse, splits,
+                                                      max_kv_splits, head_dim**-0.5, 1.0, 1.0))  # fmt: skip
+
+
+def extend_inspect_specs(shape, dtype):
+    """SGLang's extend kernel for an `extend_attention` shape (causal, no custom mask)."""
+    prefix = shape.get("prefix_lens") or [shape["prefix_len"]] * shape["batch"]
+    extend = shape.get("extend_lens") or [shape["extend_len"]] * shape["batch"]
+    q_heads, kv_heads, head_dim = shape["q_heads"], shape["kv_heads"], shape["head_dim"]
+    tokens, cached = sum(extend), sum(prefix)
+    q, o = _meta(tokens, q_heads, head_dim, dtype=dtype), _meta(tokens, q_heads, head_dim, dtype=dtype)
+    k, v = _meta(tokens, kv_heads, head_dim, dtype=dtype), _meta(tokens, kv_heads, head_dim, dtype=dtype)
+    slots = cached + tokens + shape.get("page_size", 1)
+    k_buffer, v_buffer = _meta(slots, kv_heads, head_dim, dtype=dtype), _meta(slots, kv_heads, head_dim, dtype=dtype)
+    qo_indptr, kv_indptr = _meta(len(extend) + 1, dtype=torch.int32), _meta(len(prefix) + 1, dtype=torch.int32)
+    kv_indices = _meta(cached, dtype=torch.int32)
+    run = sglang_extend(q, k, v, o, k_buffer, v_buffer, qo_indptr, kv_indptr, kv_indices, max(extend), head_dim**-0.5)
+    return _as_on_target(run)

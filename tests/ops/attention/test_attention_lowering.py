@@ -1,70 +1,87 @@
 """Every attention kernel lowers ahead of time for CUDA sm_90 and HIP gfx942,
-both formulations, several head dims, fp16 and bf16."""
+both formulations, several head dims, fp16 and bf16, as the launchers plan
+them (`OpSpec.kernels`); the Kunlun tiles compile without spills (on sm_90,
+as a proxy: no Kunlun compiler here)."""
 
 import pytest
+import torch
 
-from kunlun_triton.testing import KernelSpec, assert_lowers
+from kunlun_triton.ops.spec import all_specs
+from kunlun_triton.runtime import Target, get_config, targeting
+from kunlun_triton.testing import assert_lowers, compile_ahead_of_time
+from kunlun_triton.testing.sass import kernel_cost
 
-K = "kunlun_triton.ops.attention"
-
-
-def decode_specs(dtype, head_dim, use_dot):
-    block_d = max(16, 1 << (head_dim - 1).bit_length())
-    partial = KernelSpec(
-        f"{K}.decode_attention:decode_partial_kernel",
-        {"q_ptr": f"*{dtype}", "k_buffer_ptr": f"*{dtype}", "v_buffer_ptr": f"*{dtype}", "kv_indptr_ptr": "*i32",
-         "kv_indices_ptr": "*i32", "part_out_ptr": "*fp32", "part_lse_ptr": "*fp32", "sm_scale": "fp32",
-         "num_q_heads": "i32", **{n: "i32" for n in ("q_stride_b", "q_stride_h", "kb_stride_s", "kb_stride_h",
-                                                     "vb_stride_s", "vb_stride_h")},
-         **{n: "constexpr" for n in ("GROUP", "HEAD_DIM", "V_DIM", "BLOCK_H", "BLOCK_D", "BLOCK_DV", "BLOCK_N",
-                                     "SPLITS", "LOGIT_CAP", "WINDOW", "USE_DOT", "DOT_FP32")}},
-        {"GROUP": 4, "HEAD_DIM": head_dim, "V_DIM": head_dim, "BLOCK_H": 16 if use_dot else 4, "BLOCK_D": block_d,
-         "BLOCK_DV": block_d, "BLOCK_N": 32 if use_dot else 16, "SPLITS": 8, "LOGIT_CAP": 30.0, "WINDOW": 0,
-         "USE_DOT": use_dot, "DOT_FP32": False},
-    )
-    merge = KernelSpec(
-        f"{K}.decode_attention:decode_merge_kernel",
-        {"part_out_ptr": "*fp32", "part_lse_ptr": "*fp32", "o_ptr": f"*{dtype}", "num_q_heads": "i32",
-         "o_stride_b": "i32", "o_stride_h": "i32",
-         **{n: "constexpr" for n in ("GROUP", "V_DIM", "BLOCK_DV", "SPLITS", "BLOCK_S")}},
-        {"GROUP": 4, "V_DIM": head_dim, "BLOCK_DV": block_d, "SPLITS": 8, "BLOCK_S": 8},
-    )
-    return [partial, merge]
+SPECS = all_specs(("attention",))
+SM90 = Target("cuda", "sm_90", "cuda", "test")
+GFX942 = Target("hip", "gfx942", "cuda", "test")
+KUNLUN = Target("kunlun", "p800", "cuda", "test")
 
 
-def extend_spec(dtype, head_dim, use_dot, window=0):
-    block_d = max(16, 1 << (head_dim - 1).bit_length())
-    strides = ("q_stride_t", "q_stride_h", "ke_stride_t", "ke_stride_h", "ve_stride_t", "ve_stride_h", "o_stride_t",
-               "o_stride_h", "kb_stride_s", "kb_stride_h", "vb_stride_s", "vb_stride_h")
-    return KernelSpec(
-        f"{K}.extend_attention:extend_kernel",
-        {**{n: f"*{dtype}" for n in ("q_ptr", "k_extend_ptr", "v_extend_ptr", "o_ptr", "k_buffer_ptr", "v_buffer_ptr")},
-         "qo_indptr_ptr": "*i32", "kv_indptr_ptr": "*i32", "kv_indices_ptr": "*i32", "sm_scale": "fp32",
-         **{n: "i32" for n in strides},
-         **{n: "constexpr" for n in ("GROUP", "HEAD_DIM", "V_DIM", "BLOCK_M", "BLOCK_N", "BLOCK_D", "BLOCK_DV",
-                                     "LOGIT_CAP", "WINDOW", "USE_DOT", "DOT_FP32")}},
-        {"GROUP": 4, "HEAD_DIM": head_dim, "V_DIM": head_dim, "BLOCK_M": 64 if use_dot else 16,
-         "BLOCK_N": 64 if use_dot else 16, "BLOCK_D": block_d, "BLOCK_DV": block_d, "LOGIT_CAP": 0.0,
-         "WINDOW": window, "USE_DOT": use_dot, "DOT_FP32": False},
-    )
+def _shapes(head_dim):
+    heads = {"q_heads": 8, "kv_heads": 2, "head_dim": head_dim}
+    return {
+        "store_kv": {"tokens": 7, "kv_heads": 2, "head_dim": head_dim},
+        "decode_attention": {"batch": 3, "context_len": 100, **heads},
+        "extend_attention": {"batch": 2, "prefix_len": 40, "extend_len": 30, **heads},
+    }
 
 
-def store_kv_spec(dtype):
-    return KernelSpec(
-        f"{K}.store_kv:store_kv_kernel",
-        {"k_ptr": f"*{dtype}", "v_ptr": f"*{dtype}", "k_buffer_ptr": f"*{dtype}", "v_buffer_ptr": f"*{dtype}",
-         "loc_ptr": "*i64", "num_tokens": "i32",
-         **{n: "i32" for n in ("k_stride_t", "k_stride_h", "v_stride_t", "v_stride_h", "kb_stride_s", "kb_stride_h",
-                               "vb_stride_s", "vb_stride_h")},
-         **{n: "constexpr" for n in ("HEADS", "K_DIM", "V_DIM", "TOKENS_PER_PROGRAM", "BLOCK_C")}},
-        {"HEADS": 8, "K_DIM": 128, "V_DIM": 128, "TOKENS_PER_PROGRAM": 4, "BLOCK_C": 1024},
-    )
+def _plan(target, formulation, cases):
+    specs = []
+    with targeting(target):
+        for dtype, head_dim in cases:
+            for op, shape in _shapes(head_dim).items():
+                spec = SPECS[op]
+                config = get_config(op, **_dims(op, shape))
+                if op != "store_kv":
+                    config["formulation"] = formulation
+                if formulation == "sum" and op == "extend_attention":
+                    config.update(BLOCK_M=16, BLOCK_N=16)
+                specs += spec.kernels(shape, dtype, config)
+    return specs
 
 
-@pytest.mark.parametrize("use_dot", [True, False], ids=["dot", "sum"])
-def test_attention_kernels_lower(use_dot):
-    specs = [store_kv_spec("fp16")] if use_dot else [store_kv_spec("bf16")]
-    for dtype, head_dim in (("fp16", 128), ("bf16", 80), ("fp16", 13)):
-        specs += decode_specs(dtype, head_dim, use_dot)
-        specs.append(extend_spec(dtype, head_dim, use_dot, window=0 if head_dim != 80 else 64))
-    assert_lowers(specs)
+def _dims(op, shape):
+    if op == "store_kv":
+        return {"row_width": shape["kv_heads"] * shape["head_dim"], "tokens": shape["tokens"]}
+    return {"head_dim": shape["head_dim"], "group": shape["q_heads"] // shape["kv_heads"]}
+
+
+@pytest.mark.parametrize("formulation", ["dot", "sum"])
+def test_attention_kernels_lower(formulation):
+    cases = ((torch.float16, 128), (torch.bfloat16, 80), (torch.float16, 13))
+    specs = _plan(SM90, formulation, cases)
+    assert {s.name for s in specs} == {"store_kv_kernel", "decode_partial_kernel", "decode_merge_kernel", "extend_kernel"}
+    assert_lowers(specs, targets=("cuda",))
+    assert_lowers(_plan(GFX942, formulation, cases[:1]), targets=("hip",))
+
+
+def test_windowed_and_capped_kernels_lower():
+    """Sliding window and logit cap change the constexprs (and the masked tiles)."""
+    specs = []
+    with targeting(SM90):
+        for op in ("decode_attention", "extend_attention"):
+            shape = _shapes(64)[op]
+            config = get_config(op, **_dims(op, shape))
+            specs += SPECS[op].kernels(shape, torch.float16, config)
+    window = [type(s)(s.kernel, s.signature, {**s.constexprs, "WINDOW": 16, "LOGIT_CAP": 30.0}, s.options, s.attrs)
+              if "WINDOW" in s.constexprs and "LOGIT_CAP" in s.constexprs else s for s in specs]  # fmt: skip
+    assert_lowers(window, targets=("cuda",))
+
+
+def test_kunlun_tiles_do_not_spill_on_sm90():
+    """kunlun-p800.yaml's attention tiles (tl.sum formulation) compiled for
+    sm_90 keep everything in registers: the [rows, keys, head_dim] broadcast
+    product of the sum formulation is what could spill."""
+    specs = []
+    with targeting(KUNLUN):
+        for op in ("decode_attention", "extend_attention"):
+            shape = {**_shapes(128)[op], "q_heads": 32, "kv_heads": 8}
+            config = get_config(op, **_dims(op, shape))
+            assert config["formulation"] == "sum"
+            specs += SPECS[op].kernels(shape, torch.float16, config)
+    results = compile_ahead_of_time(specs, targets=("cuda",), artifacts=True)
+    for result in results:
+        assert result["ok"], result.get("error")
+        cost = kernel_cost(result)
+        assert cost["spill_bytes"] == 0, f"{result['spec'].label}: {cost}"
