@@ -79,3 +79,17 @@ def resolve_config(spec_name: str, dims: dict, overlay: dict | None = None) -> d
     from ..runtime import get_config
 
     return {**get_config(spec_name, **dims), **(overlay or {})}
+
+
+def planned_kernels(name: str, shape: dict, dtype, target, config: dict | None = None) -> list:
+    """The AOT compile specs (`KernelSpec`) of op `name` for `shape` as
+    `target` (a `runtime.Target`) would launch it: its configs (or `config`)
+    and capabilities pick the constexprs. What the lowering tests and
+    ``kunlun-triton inspect`` compile."""
+    from ..runtime import targeting
+
+    spec = all_specs()[name]
+    if spec.kernels is None:
+        raise ValueError(f"{name}: its spec does not plan its kernels (OpSpec.kernels)")
+    with targeting(target):
+        return spec.kernels(shape, dtype, config)

@@ -18,12 +18,14 @@ import numbers
 import torch
 
 from ..runtime.dtypes import FLOAT_DTYPES, INDEX_DTYPES, dtype_names
-from ..runtime.env import env_flag
+from ..runtime.env import cached_flag
+
+_checks_enabled = cached_flag("KUNLUN_TRITON_CHECK", True)
 
 
 def checked_mode(check: bool) -> bool:
     """Whether value checks run for this call: ``check`` and not ``KUNLUN_TRITON_CHECK=0``."""
-    return bool(check) and env_flag("KUNLUN_TRITON_CHECK", True)
+    return bool(check) and _checks_enabled()
 
 
 def require_tensor(

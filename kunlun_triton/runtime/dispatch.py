@@ -54,7 +54,10 @@ def _why_not_triton(tensors) -> str | None:
 
 
 def use_triton(op: str, *tensors) -> bool:
-    """Decide and record the implementation for one call of `op`."""
+    """Decide and record the implementation for one call of `op`.
+
+    Every op calls this once per call, so the common answer costs little:
+    the env switch is parsed once per value, and the tally is one counter."""
     backend = forced_backend()
     if backend == "torch":
         why = "KUNLUN_TRITON_BACKEND=torch"
@@ -62,9 +65,17 @@ def use_triton(op: str, *tensors) -> bool:
         why = _why_not_triton(tensors)
         if why and backend == "triton":
             raise DispatchError(f"{op}: KUNLUN_TRITON_BACKEND=triton but {why}")
-    impl = "torch" if why else "triton"
-    _record(op, impl, why or f"target {current_target().name}")
-    return impl == "triton"
+    if why is None:
+        target = current_target()
+        entry = _report.get(op)
+        if entry is not None and entry.get("target") is target and not debug_enabled():
+            with _lock:  # the same answer as last time: count it
+                entry["calls"]["triton"] += 1
+            return True
+        _record(op, "triton", f"target {target.name}", target)
+        return True
+    _record(op, "torch", why)
+    return False
 
 
 def record_dispatch(op: str, impl: str, reason: str) -> None:
@@ -74,10 +85,10 @@ def record_dispatch(op: str, impl: str, reason: str) -> None:
     _record(op, impl, reason)
 
 
-def _record(op: str, impl: str, reason: str) -> None:
+def _record(op: str, impl: str, reason: str, target=None) -> None:
     with _lock:
         entry = _report.setdefault(op, {"impl": impl, "reason": reason, "calls": defaultdict(int)})
-        entry["impl"], entry["reason"] = impl, reason
+        entry["impl"], entry["reason"], entry["target"] = impl, reason, target
         entry["calls"][impl] += 1
         first_fallback = impl == "torch" and op not in _warned
         if first_fallback:

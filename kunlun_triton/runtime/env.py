@@ -43,6 +43,21 @@ def env_flag(name: str, default: bool) -> bool:
     raise EnvError(name, raw, "one of " + ", ".join(f"{t}/{f}" for t, f in zip(TRUE_WORDS, FALSE_WORDS)))
 
 
+def cached_flag(name: str, default: bool):
+    """A function returning `env_flag(name, default)`, parsed once per raw
+    value: for switches read on every op call."""
+    parsed: dict = {}
+
+    def read() -> bool:
+        raw = os.environ.get(name)
+        value = parsed.get(raw)
+        if value is None:
+            value = parsed[raw] = env_flag(name, default)
+        return value
+
+    return read
+
+
 def env_choice(name: str, choices: tuple[str, ...], default: str) -> str:
     """One of `choices` (lower-cased), or `default` when unset."""
     raw = env_str(name)

@@ -86,12 +86,15 @@ def compile_ahead_of_time(specs, targets=tuple(AOT_TARGETS), timeout: float = 90
     ``metadata`` (name, shared memory, warps, stages) and ``cubin`` (bytes) or
     ``amdgcn`` (text). Never raises for a kernel that fails to compile (the
     caller asserts), only for a broken child. `python`: the interpreter to
-    compile with (default: this one)."""
-    specs = list(specs)
+    compile with (default: this one). An entry of `specs` may be a
+    ``(spec, target)`` pair: compiled for that target only (one child for
+    several targets' plans)."""
+    pairs = []
+    for item in specs:
+        pairs += [item] if isinstance(item, tuple) else [(item, t) for t in targets]
     jobs = [
         {**asdict(spec), "target": list(AOT_TARGETS[t]), "target_name": t, "artifacts": artifacts}
-        for spec in specs
-        for t in targets
+        for spec, t in pairs
     ]
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
@@ -109,10 +112,7 @@ def compile_ahead_of_time(specs, targets=tuple(AOT_TARGETS), timeout: float = 90
     for res in results:
         if "cubin" in res:
             res["cubin"] = base64.b64decode(res["cubin"])
-    return [
-        {"spec": spec, "target": job["target_name"], **res}
-        for (spec, job, res) in zip([s for s in specs for _ in targets], jobs, results)
-    ]
+    return [{"spec": spec, "target": job["target_name"], **res} for ((spec, _), job, res) in zip(pairs, jobs, results)]
 
 
 def assert_lowers(specs, targets=tuple(AOT_TARGETS)) -> None:

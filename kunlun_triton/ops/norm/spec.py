@@ -9,7 +9,6 @@ target: >= 90% of the card's peak HBM bandwidth at hidden 4096-8192 and
 from __future__ import annotations
 
 import torch
-import triton
 
 from ..spec import OpCase, OpSpec
 from . import reference
@@ -55,6 +54,23 @@ def fused_add_rms_norm_case(shape, dtype, device) -> OpCase:
     )
 
 
+def _kernels(fused: bool):
+    def kernels(shape, dtype, config):
+        """The launch of one call on meta tensors, planned for the active target."""
+        from ...testing.launches import meta_kernel_specs
+
+        rows, hidden = shape["rows"], shape["hidden_size"]
+        pad = 8 if shape.get("strided") else 0
+        x = torch.empty(rows, hidden + pad, dtype=dtype, device="meta")[:, :hidden]
+        weight = torch.empty(hidden, dtype=dtype, device="meta")
+        if fused:
+            residual = torch.empty(rows, hidden, dtype=dtype, device="meta")
+            return meta_kernel_specs(lambda: fused_add_rms_norm(x, residual, weight, config=config))
+        return meta_kernel_specs(lambda: rms_norm(x, weight, config=config))
+
+    return kernels
+
+
 def bench_shapes(preset, quick: bool) -> list[dict]:
     hidden_sizes = [256] if quick else sorted({preset.hidden_size, 4096, 8192})
     return [{"rows": r, "hidden_size": h} for h in hidden_sizes for r in ([64] if quick else [4096, 16384, 65536])]
@@ -66,7 +82,7 @@ def tune_candidates(quick: bool) -> list[dict]:
 
 def tune_keep(candidate, shape) -> bool:
     # the op clamps bigger tiles: the config timed would not be this one
-    return candidate["ROWS_PER_PROGRAM"] * triton.next_power_of_2(shape["hidden_size"]) <= MAX_TILE_ELEMENTS
+    return candidate["ROWS_PER_PROGRAM"] * (1 << (shape["hidden_size"] - 1).bit_length()) <= MAX_TILE_ELEMENTS
 
 
 def tune_shapes(preset, quick: bool) -> list[dict]:
@@ -75,7 +91,8 @@ def tune_shapes(preset, quick: bool) -> list[dict]:
 
 SPECS = [
     OpSpec("rms_norm", "norm", rms_norm_case, DOCTOR, bench_shapes, tune_candidates=tune_candidates,
-           tune_shapes=tune_shapes, tune_keep=tune_keep, x_axis="rows"),
+           tune_shapes=tune_shapes, tune_keep=tune_keep, x_axis="rows", kernels=_kernels(False)),
     OpSpec("fused_add_rms_norm", "norm", fused_add_rms_norm_case, DOCTOR, bench_shapes,
-           tune_candidates=tune_candidates, tune_shapes=tune_shapes, tune_keep=tune_keep, x_axis="rows"),
+           tune_candidates=tune_candidates, tune_shapes=tune_shapes, tune_keep=tune_keep, x_axis="rows",
+           kernels=_kernels(True)),
 ]  # fmt: skip
