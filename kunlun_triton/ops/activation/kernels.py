@@ -51,7 +51,7 @@ def _activation(gate, ACTIVATION: tl.constexpr):
         return 0.5 * gate * (1.0 + _tanh(inner))
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["n_rows"])
 def act_and_mul_kernel(
     x_ptr,
     out_ptr,

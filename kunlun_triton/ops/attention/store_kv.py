@@ -51,7 +51,7 @@ def copy_rows_to_slots(
         tl.store(dst, rows.to(dst_ptr.dtype.element_ty), mask=mask)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_tokens"])
 def store_kv_kernel(
     k_ptr,
     v_ptr,

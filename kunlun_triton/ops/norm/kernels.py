@@ -39,7 +39,7 @@ def _normalize(total, weight_ptr, cols, mask, eps, N_COLS: tl.constexpr):
     return total * inv_rms[:, None] * weight
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["n_rows"])
 def rms_norm_kernel(
     x_ptr,
     weight_ptr,
@@ -60,7 +60,7 @@ def rms_norm_kernel(
     tl.store(out_ptr + rows * out_row_stride + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["n_rows"])
 def fused_add_rms_norm_kernel(
     x_ptr,
     residual_ptr,

@@ -58,7 +58,7 @@ def _rotate_heads(
         tl.store(row_ptr + second, y2.to(base_ptr.dtype.element_ty), mask=mask)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["n_tokens"])
 def rotary_embedding_kernel(
     positions_ptr,
     query_ptr,
