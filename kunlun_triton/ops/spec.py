@@ -19,7 +19,9 @@ Each op family's ``spec.py`` lists an `OpSpec` per op. `doctor`, `bench` and
   shape under a config, as ahead-of-time compile specs
   (`kunlun_triton.testing.KernelSpec`), computed by the same code the
   launcher uses to pick its constexprs; the lowering tests and
-  ``kunlun-triton inspect`` compile these.
+  ``kunlun-triton inspect`` compile these;
+- ``traffic(shape, dtype)``: bytes one call moves as launched on the
+  active target (scratch included), where the op has a model of it.
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ class OpSpec:
     tolerance_scale: float = 1.0
     x_axis: str = ""
     kernels: Callable[[dict, torch.dtype, dict], list] | None = None
+    traffic: Callable[[dict, torch.dtype], int] | None = None
 
 
 def family_specs(family: str) -> list[OpSpec]:

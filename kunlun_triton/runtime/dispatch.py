@@ -43,12 +43,16 @@ _report: dict[str, dict] = {}
 _warned: set[str] = set()
 
 
+_ON_DEVICE = {"cuda": "is_cuda", "cpu": "is_cpu", "meta": "is_meta"}  # cheaper than building t.device
+
+
 def _why_not_triton(tensors) -> str | None:
     target = current_target()
     if not target.is_triton:
         return target.reason
+    on_device = _ON_DEVICE.get(target.device_type)
     for t in tensors:
-        if isinstance(t, torch.Tensor) and t.device.type != target.device_type:
+        if isinstance(t, torch.Tensor) and not (getattr(t, on_device) if on_device else t.device.type == target.device_type):
             return f"a tensor is on {t.device.type} but target {target.name} runs on {target.device_type}"
     return None
 

@@ -38,6 +38,7 @@ class KernelSpec:
     constexprs: dict = field(default_factory=dict)
     options: dict = field(default_factory=dict)
     attrs: dict = field(default_factory=dict)
+    loop_items: int | None = None  # items (keys, elements) one iteration of the main loop covers; for inspect
 
     @property
     def name(self) -> str:

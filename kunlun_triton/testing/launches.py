@@ -165,6 +165,14 @@ def kernel_specs(call, target) -> list:
     return [spec_of_launch(*launch) for launch in launches]
 
 
+def with_loop_items(specs, items: dict) -> list:
+    """`specs` with ``loop_items`` set from a constexpr: ``{kernel name:
+    constexpr name}`` (e.g. ``{"extend_kernel": "BLOCK_N"}``)."""
+    import dataclasses
+
+    return [dataclasses.replace(s, loop_items=s.constexprs[items[s.name]]) if s.name in items else s for s in specs]
+
+
 def meta_kernel_specs(call) -> list:
     """`kernel_specs` for the active target, with ``call`` building its
     tensors on the ``"meta"`` device (an op spec's ``kernels``: shapes of any
@@ -191,3 +199,20 @@ def launcher_overhead_us(call, repeat: int = 2000, warmup: int = 200, rounds: in
                 call()
             means.append((time.thread_time() - start) / repeat * 1e6)
     return min(means)
+
+
+def compare_launchers_us(calls: dict, repeat: int = 2000, warmup: int = 200, rounds: int = 7) -> dict:
+    """`launcher_overhead_us` of several calls (``{name: call}``), their
+    rounds interleaved so a shared machine's load drifts over all alike."""
+    best = {name: float("inf") for name in calls}
+    with stubbed_launches():
+        for call in calls.values():
+            for _ in range(warmup):
+                call()
+        for _ in range(rounds):
+            for name, call in calls.items():
+                start = time.thread_time()
+                for _ in range(repeat):
+                    call()
+                best[name] = min(best[name], (time.thread_time() - start) / repeat * 1e6)
+    return best

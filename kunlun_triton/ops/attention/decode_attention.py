@@ -260,6 +260,28 @@ def split_policy(plan: AttentionPlan, batch: int, kv_heads: int, num_kv_splits=N
     return plan.min_split_tokens, max(1, min(cap, plan.max_kv_splits))
 
 
+def splits_used(n_keys: int, split_tokens: int, max_splits: int, block_n: int) -> int:
+    """Non-empty splits of a request with n visible keys (`split_range`'s count)."""
+    splits = min(max(cdiv(n_keys, split_tokens), 1), max_splits)
+    split_len = max(cdiv(cdiv(n_keys, splits), block_n), 1) * block_n
+    return cdiv(n_keys, split_len)
+
+
+def decode_traffic(lens, q_heads: int, kv_heads: int, head_dim: int, v_dim: int, elt: int, splits) -> int:
+    """Bytes one split-KV decode call moves, for requests of `lens` keys
+    split into ``splits[b]`` non-empty ranges (SGLang's grouped kernels
+    share the structure, so this counts theirs too): each (request, kv head,
+    split) program reads its keys' slot ids, K and V rows once and the
+    group's q rows, and writes the group's partials (v_dim + 1 fp32 each);
+    stage 2 reads the partials back and writes o."""
+    keys = sum(lens)
+    partials = q_heads * sum(splits)
+    return (keys * kv_heads * ((head_dim + v_dim) * elt + 4)  # slot ids, K and V
+            + partials * head_dim * elt  # q rows, once per split
+            + 2 * partials * (v_dim + 1) * 4  # partials written, read back
+            + len(lens) * q_heads * v_dim * elt)  # o  # fmt: skip
+
+
 def decode_workspace(batch: int, q_heads: int, kv_heads: int, head_dim: int, v_head_dim: int, device, *,
                      num_kv_splits: int | None = None, split_tile_size: int | None = None,
                      max_context_len: int | None = None, config: dict | None = None) -> DecodeWorkspace:  # fmt: skip

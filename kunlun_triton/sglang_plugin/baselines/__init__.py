@@ -23,3 +23,20 @@ def inspect_baselines() -> dict:
     from .attention import decode_inspect_specs, extend_inspect_specs
 
     return {"decode_attention": decode_inspect_specs, "extend_attention": extend_inspect_specs}
+
+
+def traffic_baselines() -> dict:
+    """``{op: fn(shape, dtype) -> bytes}``: what one call of SGLang's kernels
+    for the op moves, as its backend splits the work on an H200."""
+    from .attention import decode_inspect_traffic
+
+    return {"decode_attention": decode_inspect_traffic}
+
+
+def launcher_baselines() -> dict:
+    """``{op: fn(shape, dtype, device) -> call}``: SGLang's launcher for the
+    op on real tensors of `shape`, its scratch allocated once as its backend
+    does (for timing the launcher with launches stubbed)."""
+    from .attention import decode_launcher_call, extend_launcher_call
+
+    return {"decode_attention": decode_launcher_call, "extend_attention": extend_launcher_call}

@@ -92,14 +92,16 @@ def _as_on_target(call):
     from unittest import mock
 
     from kunlun_triton.runtime import current_target
-    from kunlun_triton.testing.launches import meta_kernel_specs
+    from kunlun_triton.testing.launches import meta_kernel_specs, with_loop_items
 
     with contextlib.ExitStack() as stack:
         for module, values in _target_globals(current_target()).items():
             mod = importlib.import_module(module)
             for name, value in values.items():
                 stack.enter_context(mock.patch.object(mod, name, value, create=True))
-        return meta_kernel_specs(call)
+        specs = meta_kernel_specs(call)
+    return with_loop_items(specs, {"_fwd_grouped_kernel_stage1": "BLOCK_N", "_fwd_kernel_stage1": "BLOCK_N",
+                                   "_fwd_kernel": "BLOCK_N_PREFIX"})  # fmt: skip
 
 
 def _meta(*shape, dtype):
@@ -138,3 +140,61 @@ def extend_inspect_specs(shape, dtype):
     kv_indices = _meta(cached, dtype=torch.int32)
     run = sglang_extend(q, k, v, o, k_buffer, v_buffer, qo_indptr, kv_indptr, kv_indices, max(extend), head_dim**-0.5)
     return _as_on_target(run)
+
+
+# ---- SGLang's split counts and bytes per decode call
+H200_SMS = 132  # device_core_count SGLang's backend reads on an H100/H200 (sm_90)
+SGLANG_MIN_BLOCK_KV = 32  # _MIN_BLOCK_KV in sglang/kernels/ops/attention/decode_attention.py
+
+
+def sglang_num_kv_splits(lens, num_head: int, num_kv_head: int, max_kv_splits: int = SGLANG_DEFAULT_KV_SPLITS,
+                         device_core_count: int = H200_SMS) -> list[int]:  # fmt: skip
+    """The per-request split counts SGLang's Triton backend computes each
+    decode step (`get_num_kv_splits_triton` in
+    sglang/kernels/ops/attention/metadata.py, mirrored on the host)."""
+    import math
+
+    cdiv = lambda a, b: -(-a // b)  # noqa: E731
+    max_len, min_len = max(lens), min(lens)
+    if max_len * 8 < min_len * 10:
+        min_len = max_len
+    splits_1 = min(cdiv(max_len, max(min_len, 1)), max_kv_splits)
+    chunk_1 = cdiv(max_len, splits_1)
+    cores = int(device_core_count * max(math.log2(max_len / 64.0) if max_len > 0 else 0.0, 1.0))
+    group = num_head // num_kv_head
+    token_grid = len(lens) * (num_head if group == 1 else cdiv(num_head, min(16, group)))
+    splits_2 = min(cdiv(cores, token_grid), max_kv_splits)
+    chunk_2 = cdiv(max_len, splits_2)
+    return [max(cdiv(n, chunk_1), cdiv(n, chunk_2)) for n in lens]
+
+
+def decode_inspect_traffic(shape, dtype) -> int:
+    """Bytes one SGLang decode call moves (its stage 1 skips empty splits;
+    MIN_BLOCK_KV = 32 rounds a split's length)."""
+    from kunlun_triton.ops.attention.decode_attention import decode_traffic
+
+    lens = shape.get("lens") or [shape["context_len"]] * shape["batch"]
+    q_heads, kv_heads, head_dim = shape["q_heads"], shape["kv_heads"], shape["head_dim"]
+    used = []
+    for n, splits in zip(lens, sglang_num_kv_splits(lens, q_heads, kv_heads)):
+        per_split = -(-(-(-n // splits)) // SGLANG_MIN_BLOCK_KV) * SGLANG_MIN_BLOCK_KV  # cdiv(cdiv(n, s), 32) * 32
+        used.append(-(-n // per_split) if n else 0)
+    elt = torch.empty((), dtype=dtype).element_size()
+    return decode_traffic(lens, q_heads, kv_heads, head_dim, head_dim, elt, used)
+
+
+def decode_launcher_call(shape, dtype, device):
+    """SGLang's ``decode_attention_fwd`` on a decode shape, buffers and split
+    counts allocated once (per step, in its backend)."""
+    from kunlun_triton.ops.attention.spec import decode_attention_case
+
+    case = decode_attention_case(shape, dtype, device)
+    q, k_buffer, v_buffer, o, kv_indptr, kv_indices, sm_scale = case.args[:7]
+    return sglang_decode(q, k_buffer, v_buffer, o, kv_indptr, kv_indices, sm_scale)
+
+
+def extend_launcher_call(shape, dtype, device):
+    """SGLang's ``extend_attention_fwd`` on an extend shape."""
+    from kunlun_triton.ops.attention.spec import extend_attention_case
+
+    return sglang_extend(*extend_attention_case(shape, dtype, device).args)
