@@ -25,12 +25,11 @@ one, file by file (what ``kunlun-triton tune`` writes can live there).
 from __future__ import annotations
 
 import functools
-import os
 from pathlib import Path
 
 import yaml
 
-from .env import env_str
+from .env import env_str, raw_env
 from .target import Target, current_target
 
 SCALARS = (bool, int, float, str)
@@ -185,7 +184,7 @@ def plan_cache(build):
 
     @functools.wraps(build)
     def cached(*args):
-        key = (current_target(), os.environ.get("KUNLUN_TRITON_CONFIG_DIR"), args)
+        key = (current_target(), raw_env("KUNLUN_TRITON_CONFIG_DIR"), args)
         plan = cache.get(key)
         if plan is None:
             plan = cache[key] = build(*args)

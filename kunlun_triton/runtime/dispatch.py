@@ -10,13 +10,12 @@ raises instead of falling back).
 
 from __future__ import annotations
 
-import os
 import threading
 from collections import defaultdict
 
 import torch
 
-from .env import env_choice
+from .env import env_choice, raw_env
 from .log import debug_enabled, logger
 from .target import current_target
 
@@ -31,7 +30,7 @@ _parsed_backend: dict = {}
 
 
 def forced_backend() -> str:
-    raw = os.environ.get("KUNLUN_TRITON_BACKEND")
+    raw = raw_env("KUNLUN_TRITON_BACKEND")
     backend = _parsed_backend.get(raw)
     if backend is None:  # parsed once per value: every op call asks
         backend = _parsed_backend[raw] = env_choice("KUNLUN_TRITON_BACKEND", BACKENDS, "auto")

@@ -32,6 +32,14 @@ class Target:
     device_type: str  # torch device type the kernels' tensors live on
     reason: str  # one line a human can check
 
+    def __hash__(self) -> int:  # a launch plan's cache key holds the target: hash it once
+        try:
+            return self.__dict__["_hash"]
+        except KeyError:
+            value = hash((self.name, self.arch, self.device_type, self.reason))
+            object.__setattr__(self, "_hash", value)
+            return value
+
     @property
     def is_triton(self) -> bool:
         return self.name != "torch"

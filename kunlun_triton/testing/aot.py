@@ -97,7 +97,9 @@ def compile_ahead_of_time(specs, targets=tuple(AOT_TARGETS), timeout: float = 90
         {**asdict(spec), "target": list(AOT_TARGETS[t]), "target_name": t, "artifacts": artifacts}
         for spec, t in pairs
     ]
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    # SGLANG_PLATFORM=kunlun would turn the interpreter back on in the child
+    # (the plugin's development mode) when it imports SGLang's kernels.
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "SGLANG_PLATFORM")}
     env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
     done = subprocess.run(
         [python or sys.executable, "-c", _CHILD],

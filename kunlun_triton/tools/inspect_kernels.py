@@ -111,7 +111,7 @@ def _baselines(kind: str) -> dict:
 
 
 def inspect_ops(names, target: Target, preset, dtype, batch=None, context=None, overrides=None,
-                compare=(), traffic=False, compilations=False, launcher_us=False) -> dict:  # fmt: skip
+                compare=(), traffic=False, compilations=False, launcher_us=False, compile=True) -> dict:  # fmt: skip
     from ..ops.spec import all_specs
     from ..testing import aot_target, compile_ahead_of_time
 
@@ -139,7 +139,7 @@ def inspect_ops(names, target: Target, preset, dtype, batch=None, context=None, 
             jobs += [(name, "ours", k) for k in specs[name].kernels(shape, dtype, None)]
             if name in sglang:
                 jobs += [(name, "sglang", k) for k in sglang[name](shape, dtype)]
-    results = compile_ahead_of_time([(k, aot_target(target)) for _, _, k in jobs], artifacts=True)
+    results = compile_ahead_of_time([(k, aot_target(target)) for _, _, k in jobs], artifacts=True) if compile else []
     for (name, impl, _), result in zip(jobs, results):
         row = _row(name, impl, result)
         report["kernels"].append(row)
@@ -197,7 +197,7 @@ def format_report(report: dict) -> str:
     for name, op in report["ops"].items():
         lines.append("")
         lines.append(f"## {name} " + " ".join(f"{k}={v}" for k, v in op["shape"].items() if not isinstance(v, list)))
-        rows = [header]
+        rows = [header] if op.get("kernels") else []
         for r in op.get("kernels", []):
             if "error" in r:
                 rows.append((r["impl"], r["kernel"], "error: " + r["error"][:80]))
@@ -205,7 +205,7 @@ def format_report(report: dict) -> str:
             rows.append((r["impl"], r["kernel"], r["regs"], r["spill_bytes"], r["smem_bytes"], r["num_warps"],
                          r["num_stages"], r["occupancy"], r["sass_total"], r["sass_loop"] or "-",
                          r["items_per_loop"] or "-", r["sass_per_item"] or "-", ",".join(map(str, r["loops"])) or "-"))
-        widths = [max(len(str(row[i])) for row in rows if i < len(row)) for i in range(len(header))]
+        widths = [max([len(str(row[i])) for row in rows if i < len(row)] or [0]) for i in range(len(header))]
         lines += ["  ".join(str(v).rjust(w) if i > 1 else str(v).ljust(w) for i, (v, w) in enumerate(zip(row, widths)))
                   for row in rows]  # fmt: skip
         for key, unit in (("bytes_per_call", "bytes per call"), ("compilations", "compilations over a generation"),
@@ -216,10 +216,11 @@ def format_report(report: dict) -> str:
                 if key != "compilations" and {"ours", "sglang"} <= set(values) and values["sglang"]:
                     text += f" (ours / sglang = {values['ours'] / values['sglang']:.3f})"
                 lines.append(f"{unit}: {text}")
-    lines.append("")
-    lines.append(f"occupancy: {report['kernels'][0]['occupancy_unit'] if report['kernels'] else ''}; loops: "
-                 "instructions per iteration of each loop in program order (the first is the main one); "
-                 "items: what one main-loop iteration covers (keys for attention)")  # fmt: skip
+    if report["kernels"]:
+        lines.append("")
+        lines.append(f"occupancy: {report['kernels'][0].get('occupancy_unit', '')}; loops: instructions per "
+                     "iteration of each loop in program order (the first is the main one); items: what one "
+                     "main-loop iteration covers (keys for attention)")  # fmt: skip
     return "\n".join(lines)
 
 
@@ -236,6 +237,7 @@ def main(argv) -> int:
     parser.add_argument("--traffic", action="store_true", help="bytes one call moves (ops with a model of it)")
     parser.add_argument("--compilations", action="store_true", help="distinct compilations over a generation")
     parser.add_argument("--launcher-us", action="store_true", help="Python us per launcher call, launch stubbed")
+    parser.add_argument("--no-compile", action="store_true", help="skip the kernels' machine code (extras only)")
     parser.add_argument("--json", metavar="FILE", help="write the report as JSON")
     args = parser.parse_args(argv)
     try:
@@ -246,7 +248,7 @@ def main(argv) -> int:
                 raise ValueError(f"{flag} must be >= 1, got {value}")
         report = inspect_ops(args.ops, target, preset, DTYPES[args.dtype], args.batch, args.context,
                              parse_shapes(args.shape), args.compare, args.traffic, args.compilations,
-                             args.launcher_us)  # fmt: skip
+                             args.launcher_us, not args.no_compile)  # fmt: skip
     except (ValueError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -96,7 +96,8 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *, config
         return reference.rms_norm(x, weight, eps)
     x_rows = as_rows(op, "x", x)
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    _launch(op, kernels.rms_norm_kernel, x_rows, None, weight, out.view(-1, x.shape[-1]), eps, config)
+    out_rows = out if x_rows is x else out.view(-1, x.shape[-1])
+    _launch(op, kernels.rms_norm_kernel, x_rows, None, weight, out_rows, eps, config)
     return out
 
 
@@ -132,6 +133,6 @@ def fused_add_rms_norm(
         return reference.fused_add_rms_norm(x, residual, weight, eps, out=out)
     if out is None:
         out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-        out_rows = out.view(-1, x.shape[-1])
+        out_rows = out if out.dim() == 2 else out.view(-1, x.shape[-1])
     _launch(op, kernels.fused_add_rms_norm_kernel, as_rows(op, "x", x), residual_rows, weight, out_rows, eps, config)
     return out

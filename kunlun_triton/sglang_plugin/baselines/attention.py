@@ -3,9 +3,10 @@ so benchmarks and comparison tests run it on the same inputs.
 
 Importing this module imports sglang (ImportError when absent). SGLang's
 decode takes preallocated split scratch and a per-request split count; the
-`sglang_decode` factory allocates them once (as SGLang's backend does) with
-every request at `max_kv_splits` (SGLang's default
-``--triton-attention-num-kv-splits`` is 8). KV scales are 1 (no fp8 KV).
+`sglang_decode` factory allocates them once and computes the counts with
+SGLang's own heuristic (as its backend does once per step; the maximum is
+SGLang's default ``--triton-attention-num-kv-splits`` = 8). KV scales are 1
+(no fp8 KV).
 """
 
 from __future__ import annotations
@@ -15,15 +16,22 @@ from sglang.kernels.ops.attention.decode_attention import decode_attention_fwd
 from sglang.kernels.ops.attention.extend_attention import extend_attention_fwd
 
 SGLANG_DEFAULT_KV_SPLITS = 8
+H200_SMS = 132  # device_core_count SGLang's backend reads on an H100/H200 (sm_90)
+SGLANG_MIN_BLOCK_KV = 32  # _MIN_BLOCK_KV in sglang/kernels/ops/attention/decode_attention.py
 
 
 def sglang_decode(q, k_buffer, v_buffer, o, kv_indptr, kv_indices, sm_scale, logit_cap=0.0,
                   max_kv_splits: int = SGLANG_DEFAULT_KV_SPLITS):
-    """A no-argument callable running SGLang's decode_attention_fwd into `o`."""
+    """A no-argument callable running SGLang's decode_attention_fwd into `o`,
+    with the per-request split counts its Triton backend computes once per
+    step (`sglang_num_kv_splits`, for this device's SM count)."""
     batch, heads = q.shape[0], q.shape[1]
     logits = torch.empty(batch, heads, max_kv_splits, v_buffer.shape[-1], dtype=torch.float32, device=q.device)
     lse = torch.empty(batch, heads, max_kv_splits, dtype=torch.float32, device=q.device)
-    splits = torch.full((batch,), max_kv_splits, dtype=torch.int32, device=q.device)
+    lens = (kv_indptr[1:] - kv_indptr[:-1]).tolist()  # set-up, not timed: SGLang's scheduler has them
+    cores = torch.cuda.get_device_properties(q.device).multi_processor_count if q.is_cuda else H200_SMS
+    counts = sglang_num_kv_splits(lens, heads, k_buffer.shape[1], max_kv_splits, cores) if lens else []
+    splits = torch.tensor(counts, dtype=torch.int32, device=q.device).reshape(batch)
 
     def run():
         decode_attention_fwd(q, k_buffer, v_buffer, o, kv_indptr, kv_indices, logits, lse, splits, max_kv_splits,
@@ -143,8 +151,6 @@ def extend_inspect_specs(shape, dtype):
 
 
 # ---- SGLang's split counts and bytes per decode call
-H200_SMS = 132  # device_core_count SGLang's backend reads on an H100/H200 (sm_90)
-SGLANG_MIN_BLOCK_KV = 32  # _MIN_BLOCK_KV in sglang/kernels/ops/attention/decode_attention.py
 
 
 def sglang_num_kv_splits(lens, num_head: int, num_kv_head: int, max_kv_splits: int = SGLANG_DEFAULT_KV_SPLITS,
