@@ -59,9 +59,20 @@ def _why_not_triton(tensors) -> str | None:
 def use_triton(op: str, *tensors) -> bool:
     """Decide and record the implementation for one call of `op`.
 
-    Every op calls this once per call, so the common answer costs little:
-    the env switch is parsed once per value, and the tally is one counter."""
+    Every op calls this once per call, so the common answer (the same as
+    last time) costs little: the env switch is parsed once per value, the
+    device test is one attribute per tensor, the tally one counter."""
     backend = forced_backend()
+    target = current_target()
+    on_device = _ON_DEVICE.get(target.device_type)
+    if backend != "torch" and target.is_triton and on_device:
+        entry = _report.get(op)
+        if (entry is not None and entry["target"] is target
+                and all(getattr(t, on_device) for t in tensors if isinstance(t, torch.Tensor))
+                and not debug_enabled()):  # fmt: skip
+            with _lock:
+                entry["calls"]["triton"] += 1
+            return True
     if backend == "torch":
         why = "KUNLUN_TRITON_BACKEND=torch"
     else:
@@ -69,12 +80,6 @@ def use_triton(op: str, *tensors) -> bool:
         if why and backend == "triton":
             raise DispatchError(f"{op}: KUNLUN_TRITON_BACKEND=triton but {why}")
     if why is None:
-        target = current_target()
-        entry = _report.get(op)
-        if entry is not None and entry.get("target") is target and not debug_enabled():
-            with _lock:  # the same answer as last time: count it
-                entry["calls"]["triton"] += 1
-            return True
         _record(op, "triton", f"target {target.name}", target)
         return True
     _record(op, "torch", why)

@@ -28,6 +28,14 @@ logger = logging.getLogger("kunlun_triton.sglang_plugin")
 
 
 
+def _checks() -> bool:
+    """Input checks on the serving path only in development mode: SGLang's
+    layers hand these ops well-formed tensors (shapes fixed by the model)."""
+    from . import dev_mode
+
+    return dev_mode()
+
+
 def _rms_norm_forward(self, x, residual=None, post_residual_addition=None, quant_linear=None):
     from kunlun_triton import ops
 
@@ -47,18 +55,19 @@ def _rms_norm_forward(self, x, residual=None, post_residual_addition=None, quant
     weight = self.weight.data if hasattr(self.weight, "data") else self.weight
     if weight.device != x.device:
         weight = weight.to(x.device)
+    check = _checks()
     if residual is None:
-        return ops.rms_norm(x, weight, self.variance_epsilon)
+        return ops.rms_norm(x, weight, self.variance_epsilon, check=check)
     if not residual.is_contiguous():
         residual = residual.contiguous()
-    out = ops.fused_add_rms_norm(x, residual, weight, self.variance_epsilon)
+    out = ops.fused_add_rms_norm(x, residual, weight, self.variance_epsilon, check=check)
     return out, residual
 
 
 def _silu_and_mul_forward(self, x):
     from kunlun_triton import ops
 
-    return ops.silu_and_mul(x)
+    return ops.silu_and_mul(x, check=_checks())
 
 
 def _gelu_and_mul_forward(self, x):
@@ -66,7 +75,7 @@ def _gelu_and_mul_forward(self, x):
 
     if self.approximate not in ("none", "tanh"):
         return self.forward_native(x)
-    return ops.gelu_and_mul(x, approximate=self.approximate)
+    return ops.gelu_and_mul(x, approximate=self.approximate, check=_checks())
 
 
 # layer -> (the cos_sin_cache it had, {(dtype, device): that cache cast and moved}):
@@ -105,9 +114,9 @@ def _rotary_forward(self, positions, query, key, offsets=None, fused_set_kv_buff
     if offsets is not None:
         positions = positions + offsets
     cache = rotary_cache_for(self, query.dtype, query.device)
-    ops.rotary_embedding(
-        positions, query, key, self.head_size, cache, bool(self.is_neox_style), check_positions=dev_mode()
-    )
+    check = dev_mode()
+    ops.rotary_embedding(positions, query, key, self.head_size, cache, bool(self.is_neox_style),
+                         check_positions=check, check=check)  # fmt: skip
     return query, key
 
 

@@ -127,11 +127,11 @@ def hip_cost(amdgcn: str, metadata: dict) -> dict:
     """Counts from the AMDGCN listing of one kernel (gfx942, 64-lane waves)."""
     lines, labels = [], {}
     for line in amdgcn.splitlines():
-        stripped = line.strip()
-        if re.match(r"^\.?L\w+:", stripped):
-            labels[stripped[:-1]] = len(lines)
+        label = re.match(r"^(\.?L\w+):", line)
+        if label:
+            labels[label.group(1)] = len(lines)
         elif line.startswith(("\ts_", "\tv_", "\tglobal_", "\tbuffer_", "\tds_", "\tflat_", "\tscratch_")):
-            lines.append((len(lines), stripped))
+            lines.append((len(lines), line.split(";")[0].strip()))
 
     def target(text):
         if not text.startswith(("s_branch", "s_cbranch")):

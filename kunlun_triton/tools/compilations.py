@@ -22,7 +22,7 @@ from collections import defaultdict
 import torch
 
 GENERATION_OPS = ("decode_attention", "extend_attention", "store_kv", "rms_norm", "fused_add_rms_norm",
-                  "silu_and_mul", "rotary_embedding")  # fmt: skip
+                  "silu_and_mul", "gelu_and_mul", "rotary_embedding")  # fmt: skip
 
 
 def generation_shapes(op: str, preset, max_context: int = 16384, max_batch: int = 256, step: int = 1):
@@ -45,7 +45,7 @@ def generation_shapes(op: str, preset, max_context: int = 16384, max_batch: int 
                     for t in list(batches) + list(range(257, 8193, 97)))  # fmt: skip
     elif op in ("rms_norm", "fused_add_rms_norm"):
         yield from ({"rows": r, "hidden_size": preset.hidden_size} for r in list(batches) + list(range(257, 8193, 97)))
-    elif op == "silu_and_mul":
+    elif op in ("silu_and_mul", "gelu_and_mul"):
         yield from ({"rows": r, "d": preset.intermediate_size} for r in list(batches) + list(range(257, 8193, 97)))
     elif op == "rotary_embedding":
         yield from ({"tokens": t, **heads, "rope_theta": preset.rope_theta} for t in list(batches) + [1024, 8192])

@@ -28,6 +28,7 @@ import torch
 
 from ..runtime import Target, targeting
 from ..runtime.dtypes import dtype_name
+from .compilations import GENERATION_OPS
 from .presets import DEFAULT_PRESET, MODEL_PRESETS, parse_shapes
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
@@ -155,7 +156,7 @@ def inspect_ops(names, target: Target, preset, dtype, batch=None, context=None, 
                     **({"ours": specs[name].traffic(shape, dtype)} if specs[name].traffic else {}),
                     **({"sglang": sg[name](shape, dtype)} if name in sg else {}),
                 }
-        if compilations:
+        if compilations and name in GENERATION_OPS:
             extras["compilations"] = generation_compilations(name, specs[name], target, preset, dtype,
                                                              sglang.get(name))  # fmt: skip
         if launcher_us:
@@ -187,6 +188,8 @@ def launcher_overhead(name, spec, target, shape, dtype, sglang_call=None) -> dic
         calls = {"ours": lambda: case.run(None)}
         if sglang_call is not None:
             calls["sglang"] = sglang_call(shape, dtype, "cpu")
+        # a yardstick for this machine's speed, measured alongside
+        calls["torch.empty"] = lambda: torch.empty((8, 4096), dtype=dtype)
         return {impl: round(us, 2) for impl, us in compare_launchers_us(calls).items()}
 
 
@@ -243,9 +246,9 @@ def main(argv) -> int:
     try:
         target = parse_target(args.target)
         preset = resolve_preset(args.preset)
-        for value, flag in ((args.batch, "--batch"), (args.context, "--context")):
-            if value is not None and value < 1:
-                raise ValueError(f"{flag} must be >= 1, got {value}")
+        for value, flag, least in ((args.batch, "--batch", 1), (args.context, "--context", 0)):
+            if value is not None and value < least:
+                raise ValueError(f"{flag} must be >= {least}, got {value}")
         report = inspect_ops(args.ops, target, preset, DTYPES[args.dtype], args.batch, args.context,
                              parse_shapes(args.shape), args.compare, args.traffic, args.compilations,
                              args.launcher_us, not args.no_compile)  # fmt: skip

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from ...runtime import capabilities, get_config, launch_options, plan_cache, use_triton
-from ..validation import as_rows, power_of_two_at_most, require_choice, require_tensor
+from ..validation import as_rows, checked_mode, power_of_two_at_most, require_choice, require_tensor
 from . import kernels, reference
 
 SILU, GELU, GELU_TANH = 0, 1, 2
@@ -60,17 +60,22 @@ def _act_and_mul(op: str, x: torch.Tensor, activation: int, config: dict | None)
     return out
 
 
-def silu_and_mul(x: torch.Tensor, *, config: dict | None = None) -> torch.Tensor:
-    """silu(x[..., :d]) * x[..., d:] for x of shape [..., 2 * d]; fp32 inside."""
-    _check_input("silu_and_mul", x)
+def silu_and_mul(x: torch.Tensor, *, check: bool = True, config: dict | None = None) -> torch.Tensor:
+    """silu(x[..., :d]) * x[..., d:] for x of shape [..., 2 * d]; fp32 inside.
+    ``check=False`` (or ``KUNLUN_TRITON_CHECK=0``) skips the input checks."""
+    if checked_mode(check):
+        _check_input("silu_and_mul", x)
     if not use_triton("silu_and_mul", x):
         return reference.silu_and_mul(x)
     return _act_and_mul("silu_and_mul", x, SILU, config)
 
 
-def gelu_and_mul(x: torch.Tensor, approximate: str = "none", *, config: dict | None = None) -> torch.Tensor:
-    """gelu(x[..., :d], approximate) * x[..., d:]; approximate is "none" (erf) or "tanh"."""
-    _check_input("gelu_and_mul", x)
+def gelu_and_mul(x: torch.Tensor, approximate: str = "none", *, check: bool = True,
+                 config: dict | None = None) -> torch.Tensor:  # fmt: skip
+    """gelu(x[..., :d], approximate) * x[..., d:]; approximate is "none" (erf) or "tanh".
+    ``check=False`` (or ``KUNLUN_TRITON_CHECK=0``) skips the input checks."""
+    if checked_mode(check):
+        _check_input("gelu_and_mul", x)
     require_choice("gelu_and_mul", "approximate", approximate, tuple(GELU_APPROXIMATIONS))
     if not use_triton("gelu_and_mul", x):
         return reference.gelu_and_mul(x, approximate)

@@ -21,7 +21,15 @@ from dataclasses import dataclass
 import torch
 
 from ...runtime import capabilities, get_config, launch_options, plan_cache, use_triton
-from ..validation import as_rows, power_of_two_at_most, require_number, require_same, require_same_device, require_tensor
+from ..validation import (
+    as_rows,
+    checked_mode,
+    power_of_two_at_most,
+    require_number,
+    require_same,
+    require_same_device,
+    require_tensor,
+)
 from . import kernels, reference
 
 # One program holds whole rows in one tile; wider rows would need a looped
@@ -82,17 +90,24 @@ def _launch(op: str, kernel, x_rows, residual_rows, weight, out_rows, eps: float
     )  # fmt: skip
 
 
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *, config: dict | None = None) -> torch.Tensor:
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *, check: bool = True,
+             config: dict | None = None) -> torch.Tensor:  # fmt: skip
     """RMSNorm over the last dim: ``x / sqrt(mean(x**2) + eps) * weight``, fp32 inside.
 
     x: [..., hidden] (rows may be strided; last dim contiguous); weight: [hidden].
     Returns a new contiguous tensor of x's shape and dtype. `config`: an
     explicit launch config (default: looked up in ``autotune_configs/``).
+    ``check=False`` (or ``KUNLUN_TRITON_CHECK=0``) skips the input checks:
+    a weight shorter than the rows is then read past its end.
     """
     op = "rms_norm"
-    eps = _check_common(op, x, weight, eps)
-    require_same_device(op, x=x, weight=weight)
-    if not use_triton(op, x, weight):
+    if checked_mode(check):
+        eps = _check_common(op, x, weight, eps)
+        require_same_device(op, x=x, weight=weight)
+        tensors = (x, weight)
+    else:
+        tensors = (x,)
+    if not use_triton(op, *tensors):
         return reference.rms_norm(x, weight, eps)
     x_rows = as_rows(op, "x", x)
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
@@ -108,6 +123,7 @@ def fused_add_rms_norm(
     eps: float = 1e-6,
     out: torch.Tensor | None = None,
     *,
+    check: bool = True,
     config: dict | None = None,
 ) -> torch.Tensor:
     """``residual += x`` in place, then return RMSNorm of that sum (fp32 inside).
@@ -116,20 +132,25 @@ def fused_add_rms_norm(
     into ``residual``, like SGLang. x and residual: [..., hidden], same shape
     and dtype, rows may be strided. The result goes to a new tensor, or to
     ``out`` (which may be ``x`` itself, as sgl_kernel does) and is returned.
+    ``check=False`` (or ``KUNLUN_TRITON_CHECK=0``) skips the input checks.
     """
     op = "fused_add_rms_norm"
-    eps = _check_common(op, x, weight, eps)
-    require_tensor(op, "residual", residual)
-    require_same(op, "x's and residual's shapes", x=tuple(x.shape), residual=tuple(residual.shape))
-    if residual.dtype != x.dtype:
-        raise TypeError(f"{op}: residual has dtype {residual.dtype} but x has {x.dtype}")
-    if out is not None:
-        require_tensor(op, "out", out)
-        require_same(op, "out's and x's shapes and dtypes", out=(tuple(out.shape), out.dtype), x=(tuple(x.shape), x.dtype))
-    require_same_device(op, x=x, residual=residual, weight=weight, out=out)
+    if checked_mode(check):
+        eps = _check_common(op, x, weight, eps)
+        require_tensor(op, "residual", residual)
+        require_same(op, "x's and residual's shapes", x=tuple(x.shape), residual=tuple(residual.shape))
+        if residual.dtype != x.dtype:
+            raise TypeError(f"{op}: residual has dtype {residual.dtype} but x has {x.dtype}")
+        if out is not None:
+            require_tensor(op, "out", out)
+            require_same(op, "out's and x's shapes and dtypes", out=(tuple(out.shape), out.dtype), x=(tuple(x.shape), x.dtype))
+        require_same_device(op, x=x, residual=residual, weight=weight, out=out)
+        tensors = (x, residual, weight)
+    else:
+        tensors = (x,)
     residual_rows = as_rows(op, "residual", residual, writable=True)
     out_rows = None if out is None else as_rows(op, "out", out, writable=True)
-    if not use_triton(op, x, residual, weight):
+    if not use_triton(op, *tensors):
         return reference.fused_add_rms_norm(x, residual, weight, eps, out=out)
     if out is None:
         out = torch.empty(x.shape, dtype=x.dtype, device=x.device)

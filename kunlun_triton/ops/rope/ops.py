@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from ...runtime import INDEX_DTYPES, capabilities, get_config, launch_options, plan_cache, use_triton
-from ..validation import power_of_two_at_most, require_number, require_same_device, require_tensor
+from ..validation import checked_mode, power_of_two_at_most, require_number, require_same_device, require_tensor
 from . import kernels, reference
 
 OP = "rotary_embedding"
@@ -57,6 +57,13 @@ def _cached_plan(head_size: int, tokens: int, num_heads: int) -> RopePlan:
     return _rope_plan(num_heads, get_config(OP, head_size=head_size, tokens=tokens))
 
 
+def _layout(x: torch.Tensor, head_size: int) -> tuple[int, int, int]:
+    """`_heads_layout` without the checks."""
+    if x.dim() == 3:
+        return x.shape[1], x.stride(0), x.stride(1)
+    return x.shape[1] // head_size, x.stride(0), head_size
+
+
 def _check_positions_in_range(positions: torch.Tensor, max_position: int) -> None:
     # Reading the bounds syncs a GPU; skipped while a CUDA graph is captured
     # (no host reads allowed there) and when the caller opts out.
@@ -78,37 +85,47 @@ def rotary_embedding(
     is_neox: bool,
     check_positions: bool = True,
     *,
+    check: bool = True,
     config: dict | None = None,
 ):
     """Rotate query and key in place by the cos/sin rows of their positions.
 
     positions: [tokens] int32/int64; is_neox: NeoX (halves) or GPT-J
     (interleaved pairs) layout. ``check_positions=False`` skips the range
-    check (a device-to-host read) for callers that guarantee it.
+    check (a device-to-host read) for callers that guarantee it;
+    ``check=False`` (or ``KUNLUN_TRITON_CHECK=0``) skips every input check,
+    and a position outside the cache then reads unrelated memory.
     Returns (query, key), the same tensors.
     """
-    require_tensor(OP, "positions", positions, dtypes=INDEX_DTYPES, ndim=1)
-    head_size = require_number(OP, "head_size", head_size, above=0, integer=True)
-    n_tokens = positions.shape[0]
-    num_q_heads, q_token_stride, q_head_stride = _heads_layout(query, "query", head_size, n_tokens)
-    num_k_heads, k_token_stride, k_head_stride = 0, 0, 0
-    if key is not None:
-        num_k_heads, k_token_stride, k_head_stride = _heads_layout(key, "key", head_size, n_tokens)
-        if key.dtype != query.dtype:
-            raise TypeError(f"{OP}: key has dtype {key.dtype} but query has {query.dtype}")
-    require_tensor(OP, "cos_sin_cache", cos_sin_cache, ndim=2)
-    rotary_dim = cos_sin_cache.shape[1]
-    if rotary_dim % 2 or not 0 < rotary_dim <= head_size:
-        raise ValueError(
-            f"{OP}: cos_sin_cache rows ([cos | sin]) must be even and at most head_size {head_size}, got {rotary_dim}"
-        )
-    if not isinstance(is_neox, bool):
-        raise TypeError(f"{OP}: is_neox must be a bool, got {type(is_neox).__name__}")
-    require_same_device(OP, query=query, positions=positions, key=key, cos_sin_cache=cos_sin_cache)
-    if check_positions:
-        _check_positions_in_range(positions, cos_sin_cache.shape[0])
+    if checked_mode(check):
+        require_tensor(OP, "positions", positions, dtypes=INDEX_DTYPES, ndim=1)
+        head_size = require_number(OP, "head_size", head_size, above=0, integer=True)
+        n_tokens = positions.shape[0]
+        num_q_heads, q_token_stride, q_head_stride = _heads_layout(query, "query", head_size, n_tokens)
+        num_k_heads, k_token_stride, k_head_stride = 0, 0, 0
+        if key is not None:
+            num_k_heads, k_token_stride, k_head_stride = _heads_layout(key, "key", head_size, n_tokens)
+            if key.dtype != query.dtype:
+                raise TypeError(f"{OP}: key has dtype {key.dtype} but query has {query.dtype}")
+        require_tensor(OP, "cos_sin_cache", cos_sin_cache, ndim=2)
+        rotary_dim = cos_sin_cache.shape[1]
+        if rotary_dim % 2 or not 0 < rotary_dim <= head_size:
+            raise ValueError(
+                f"{OP}: cos_sin_cache rows ([cos | sin]) must be even and at most head_size {head_size}, got {rotary_dim}"
+            )
+        if not isinstance(is_neox, bool):
+            raise TypeError(f"{OP}: is_neox must be a bool, got {type(is_neox).__name__}")
+        require_same_device(OP, query=query, positions=positions, key=key, cos_sin_cache=cos_sin_cache)
+        if check_positions:
+            _check_positions_in_range(positions, cos_sin_cache.shape[0])
+        tensors = (positions, query, key, cos_sin_cache)
+    else:
+        n_tokens, rotary_dim = positions.shape[0], cos_sin_cache.shape[1]
+        num_q_heads, q_token_stride, q_head_stride = _layout(query, head_size)
+        num_k_heads, k_token_stride, k_head_stride = (0, 0, 0) if key is None else _layout(key, head_size)
+        tensors = (query,)
 
-    if not use_triton(OP, positions, query, key, cos_sin_cache):
+    if not use_triton(OP, *tensors):
         return reference.rotary_embedding(positions, query, key, head_size, cos_sin_cache, is_neox)
     if n_tokens == 0:
         return query, key

@@ -42,7 +42,7 @@ def rotary_embedding_case(shape, dtype, device) -> OpCase:
     args = (positions, query, key, head_dim, cache, shape.get("neox", True))
     elt = torch.empty((), dtype=dtype).element_size()
     return OpCase(
-        run=lambda config: rotary_embedding(*args, check_positions=False, config=config),
+        run=lambda config: rotary_embedding(*args, check=False, config=config),
         reference=lambda: reference.rotary_embedding(*args),
         dims={"head_size": head_dim, "tokens": tokens},
         bytes_moved=2 * tokens * (q_heads + kv_heads) * rotary_dim * elt + tokens * (rotary_dim * 4 + 8),
