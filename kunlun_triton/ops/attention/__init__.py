@@ -16,7 +16,8 @@ common checks and the per-target formulation (``tl.dot`` or ``tl.sum``,
 ``formulation: dot | sum`` in ``autotune_configs/``).
 """
 
-from .decode_attention import DecodeWorkspace, decode_attention, decode_workspace
+from .decode_attention import decode_attention
+from .decode_splits import DecodeWorkspace, decode_workspace
 from .extend_attention import extend_attention
 from .shared import FORMULATIONS
 from .store_kv import store_kv

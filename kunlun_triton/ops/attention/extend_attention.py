@@ -10,7 +10,13 @@ positions back).
 Grid (batch, q_heads, cdiv(max_len_extend, BLOCK_M)): a program owns BLOCK_M
 new tokens of one head and runs one online softmax over two key streams, the
 prefix gathered from the pool by slot id, then the new tokens up to its own
-last row (tiles past the causal diagonal are never loaded).
+last row (tiles past the causal diagonal are never loaded). Each stream is
+cut into whole tiles every row of the block sees (loaded and scored without
+masks: most of a long context) and masked tiles (a ragged end, the causal
+diagonal, a sliding window's edge), each kind its own loop.
+
+A key a row cannot see never reaches it, whatever its K or V holds (see
+`extend_tile`); a NaN a row does see makes its output NaN.
 """
 
 import torch
@@ -30,7 +36,7 @@ from ..validation import (
 )
 from . import reference
 from .shared import AttentionPlan, attention_plan, cdiv, check_kv_pool, needs_int64, window_constexpr
-from .tiles import capped_scores, finish_rows, load_tile, nonfinite, online_softmax_update
+from .tiles import capped_scores, finish_rows, load_tile, online_softmax_update
 
 OP = "extend_attention"
 
@@ -310,6 +316,10 @@ def extend_attention(
     token count (it sizes the grid; checked mode verifies it). `logit_cap`,
     `sliding_window` and `formulation` as in `decode_attention`. Returns
     `o_extend`.
+
+    ``check=False`` (or ``KUNLUN_TRITON_CHECK=0``) skips every input check,
+    the metadata reads that sync the host included; bad metadata then reads
+    or writes unrelated memory.
     """
     if checked_mode(check):
         max_len_extend = require_number(OP, "max_len_extend", max_len_extend, minimum=0, integer=True)

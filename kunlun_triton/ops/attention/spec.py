@@ -14,7 +14,8 @@ import torch
 from ...testing.paged import decode_batch, extend_batch
 from ..spec import OpCase, OpSpec
 from . import reference
-from .decode_attention import decode_attention, decode_traffic, decode_workspace
+from .decode_attention import decode_attention
+from .decode_splits import decode_traffic, decode_workspace
 from .extend_attention import extend_attention
 from .store_kv import store_kv
 
@@ -64,7 +65,8 @@ def decode_attention_case(shape, dtype, device) -> OpCase:
     return OpCase(
         run=run,
         reference=lambda: reference.decode_attention(*d.args()),
-        dims={"head_dim": shape["head_dim"], "group": shape["q_heads"] // shape["kv_heads"], "batch": len(lens)},
+        # no batch: no constexpr may depend on it (the split policy scales with it at run time)
+        dims={"head_dim": shape["head_dim"], "group": shape["q_heads"] // shape["kv_heads"]},
         bytes_moved=(total * shape["kv_heads"] * 2 * shape["head_dim"] + 2 * d.q.numel()) * _elt(dtype),
         flops=4 * total * shape["q_heads"] * shape["head_dim"],
         args=args,
@@ -171,7 +173,7 @@ def extend_attention_kernels(shape, dtype, config):
 
 def decode_attention_traffic(shape, dtype) -> int:
     """Bytes one call moves as the active target's config splits it."""
-    from .decode_attention import _plan, split_policy, splits_used
+    from .decode_splits import _plan, split_policy, splits_used
 
     lens = shape.get("lens") or [shape["context_len"]] * shape["batch"]
     q_heads, kv_heads, head_dim = shape["q_heads"], shape["kv_heads"], shape["head_dim"]
@@ -182,9 +184,9 @@ def decode_attention_traffic(shape, dtype) -> int:
     return decode_traffic(lens, q_heads, kv_heads, head_dim, head_dim, _elt(dtype), splits)
 
 
-# ---- tune: lookup dims are store_kv (row_width, tokens), decode (head_dim,
-# group, batch), extend (head_dim, group); context and prefix lengths are not
-# lookup dims, so one representative length is tuned.
+# ---- tune: lookup dims are store_kv (row_width, tokens), decode and extend
+# (head_dim, group); batch sizes and context lengths are not lookup dims (no
+# constexpr depends on them), so tuned configs serve every batch and length.
 
 
 def _with_formulations(candidates: list[dict]) -> list[dict]:

@@ -103,12 +103,6 @@ def online_softmax_update(s, v, m_i, l_i, acc, USE_DOT: tl.constexpr, DOT_FP32: 
 
 
 @triton.jit
-def nonfinite(x):
-    """1 where x is inf or NaN, else 0 (int32)."""
-    return tl.where(tl.abs(x.to(tl.float32)) < float("inf"), 0, 1)
-
-
-@triton.jit
 def finish_rows(acc, l_i):
     """acc / l per row; 0 for a row that saw no key (a NaN sum, from a
     visible NaN, stays NaN)."""

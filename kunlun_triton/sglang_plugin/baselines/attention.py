@@ -177,7 +177,7 @@ def sglang_num_kv_splits(lens, num_head: int, num_kv_head: int, max_kv_splits: i
 def decode_inspect_traffic(shape, dtype) -> int:
     """Bytes one SGLang decode call moves (its stage 1 skips empty splits;
     MIN_BLOCK_KV = 32 rounds a split's length)."""
-    from kunlun_triton.ops.attention.decode_attention import decode_traffic
+    from kunlun_triton.ops.attention.decode_splits import decode_traffic
 
     lens = shape.get("lens") or [shape["context_len"]] * shape["batch"]
     q_heads, kv_heads, head_dim = shape["q_heads"], shape["kv_heads"], shape["head_dim"]
