@@ -29,14 +29,17 @@ FAMILY_OF = {
     "moe_topk": "moe",
     "fused_experts": "moe",
 }
+# Helpers next to an op: the decode step's split-KV scratch.
+HELPERS = {"decode_workspace": "attention", "DecodeWorkspace": "attention"}
 
-__all__ = sorted(FAMILY_OF)
+__all__ = sorted({**FAMILY_OF, **HELPERS})
 
 
 def __getattr__(name):
-    if name not in FAMILY_OF:
+    family = FAMILY_OF.get(name) or HELPERS.get(name)
+    if family is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{FAMILY_OF[name]}"), name)
+    return getattr(importlib.import_module(f"{__name__}.{family}"), name)
 
 
 def __dir__():

@@ -105,7 +105,7 @@ def test_an_op_whose_every_candidate_is_wrong_writes_nothing(tmp_path, monkeypat
 LOOKUP_DIMS = {
     "silu_and_mul": {"hidden_size", "rows"}, "gelu_and_mul": {"hidden_size", "rows"},
     "rotary_embedding": {"head_size", "tokens"}, "store_kv": {"row_width", "tokens"},
-    "decode_attention": {"head_dim", "group", "batch"}, "extend_attention": {"head_dim", "group"},
+    "decode_attention": {"head_dim", "group"}, "extend_attention": {"head_dim", "group"},
     "rms_norm": {"hidden_size"}, "fused_add_rms_norm": {"hidden_size"},
     "moe_topk": {"num_experts"},
     "fused_experts": {"tokens", "num_experts", "top_k", "hidden_size", "intermediate_size"},

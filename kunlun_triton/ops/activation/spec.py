@@ -36,13 +36,27 @@ def _case(name: str):
         elt = torch.empty((), dtype=dtype).element_size()
         rows = x.numel() // x.shape[-1]
         return OpCase(
-            run=lambda config: op(x, **kwargs, config=config),
+            run=lambda config: op(x, **kwargs, check=False, config=config),
             reference=lambda: ref(x, **kwargs),
             dims={"hidden_size": shape["d"], "rows": rows},
             bytes_moved=3 * rows * shape["d"] * elt,
         )
 
     return make
+
+
+def _kernels(name: str):
+    def kernels(shape, dtype, config):
+        """The launch of one call on meta tensors, planned for the active target."""
+        from ...testing.launches import meta_kernel_specs
+
+        rows, d, lead = shape["rows"], shape["d"], shape.get("lead", 1)
+        pad = 6 if shape.get("strided") else 0
+        x = torch.empty(lead, rows, 2 * d + pad, dtype=dtype, device="meta")[..., : 2 * d]
+        kwargs = {"approximate": shape["approximate"]} if "approximate" in shape else {}
+        return meta_kernel_specs(lambda: getattr(ops, name)(x, **kwargs, config=config))
+
+    return kernels
 
 
 def bench_shapes(preset, quick: bool) -> list[dict]:
@@ -65,6 +79,8 @@ def tune_shapes(preset, quick: bool) -> list[dict]:
 
 _TUNE = dict(tune_candidates=tune_candidates, tune_shapes=tune_shapes, x_axis="rows")
 SPECS = [
-    OpSpec("silu_and_mul", "activation", _case("silu_and_mul"), DOCTOR, bench_shapes, **_TUNE),
-    OpSpec("gelu_and_mul", "activation", _case("gelu_and_mul"), GELU_DOCTOR, bench_shapes, **_TUNE),
+    OpSpec("silu_and_mul", "activation", _case("silu_and_mul"), DOCTOR, bench_shapes, **_TUNE,
+           kernels=_kernels("silu_and_mul")),
+    OpSpec("gelu_and_mul", "activation", _case("gelu_and_mul"), GELU_DOCTOR, bench_shapes, **_TUNE,
+           kernels=_kernels("gelu_and_mul")),
 ]  # fmt: skip

@@ -17,3 +17,29 @@ def bench_baselines() -> dict:
         "moe_topk": {"sglang": moe_topk_baseline},
         "fused_experts": {"sglang": fused_experts_baseline},
     }
+
+
+def inspect_baselines() -> dict:
+    """``{op: fn(shape, dtype) -> [KernelSpec]}``: SGLang's kernels for the
+    op's job, planned for the active target the way SGLang's launchers plan
+    them (`kunlun-triton inspect --compare sglang`)."""
+    from .attention import decode_inspect_specs, extend_inspect_specs
+
+    return {"decode_attention": decode_inspect_specs, "extend_attention": extend_inspect_specs}
+
+
+def traffic_baselines() -> dict:
+    """``{op: fn(shape, dtype) -> bytes}``: what one call of SGLang's kernels
+    for the op moves, as its backend splits the work on an H200."""
+    from .attention import decode_inspect_traffic
+
+    return {"decode_attention": decode_inspect_traffic}
+
+
+def launcher_baselines() -> dict:
+    """``{op: fn(shape, dtype, device) -> call}``: SGLang's launcher for the
+    op on real tensors of `shape`, its scratch allocated once as its backend
+    does (for timing the launcher with launches stubbed)."""
+    from .attention import decode_launcher_call, extend_launcher_call
+
+    return {"decode_attention": decode_launcher_call, "extend_attention": extend_launcher_call}
