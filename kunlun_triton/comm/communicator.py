@@ -147,7 +147,9 @@ class TPCommunicator:
         self.rank = dist.get_rank(group)
         self.world_size = dist.get_world_size(group)
         self.upcast = self.backend == "gloo" if upcast_low_precision is None else upcast_low_precision
-        self.checked = env_flag("KUNLUN_TRITON_COMM_CHECKED", self.backend == "gloo") if checked is None else bool(checked)
+        if checked is None:
+            checked = env_flag("KUNLUN_TRITON_COMM_CHECKED", self.backend == "gloo")
+        self.checked = bool(checked)
         # gloo: in-place collectives run on a private copy (see the module docstring)
         self.private_inplace = self.backend == "gloo"
 
@@ -247,7 +249,8 @@ class TPCommunicator:
     def _inplace_leaves(self) -> str:
         if self.private_inplace:
             return "the input tensor is unchanged (the collective ran on a copy)"
-        return "the input tensor's contents are undefined (the collective runs in place and may have written part of it)"
+        return ("the input tensor's contents are undefined (the collective runs in place and may have written "
+                "part of it)")
 
     def _agree(self, collective: str, tensor, extra: int) -> None:
         """Checked mode: every rank's description of this call, compared on

@@ -160,7 +160,9 @@ def _tensor_names(safe_open, src: Path, files: list[str], index: dict | None) ->
         for tensor, entry in index["weight_map"].items():
             shard = PurePosixPath(entry).as_posix()
             if tensor not in names[shard]:
-                raise ConvertError(f"{src / INDEX_NAME}: weight_map puts {tensor!r} in {shard}, which has no such tensor")
+                raise ConvertError(
+                    f"{src / INDEX_NAME}: weight_map puts {tensor!r} in {shard}, which has no such tensor"
+                )
     return names
 
 

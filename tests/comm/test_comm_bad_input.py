@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import math
 import multiprocessing
-import queue
 import socket
 
 import pytest

@@ -143,8 +143,11 @@ def test_alloc_extend_bad_lengths_change_nothing(call):
     valid = (min(prefix) >= 0 and all(s >= p for p, s in zip(prefix, seq)) and tokens_off == 0
              and pages_off in (None, 0) and short is None)
     before = _snapshot(alloc)
-    call = lambda: alloc.alloc_extend(args["prefix_lens"], pre_t, args["seq_lens"], seq_t, args["last_loc"],  # noqa: E731
-                                      tokens, num_new_pages)
+
+    def call():
+        return alloc.alloc_extend(args["prefix_lens"], pre_t, args["seq_lens"], seq_t, args["last_loc"], tokens,
+                                  num_new_pages)
+
     if not valid:
         with pytest.raises(ValueError, match="alloc_extend"):
             call()

@@ -1,16 +1,28 @@
 """`kunlun-triton convert-weights` on small checkpoints built here.
 
 The oracle is torch's own cast of the source tensors, read back through
-safetensors, and the files as written by hand."""
+safetensors, and the files as written by hand. Bad checkpoints (escaping
+shard paths, truncated or foreign shards, malformed JSON, an output whose
+parent is a file, failures part way) must each give one line naming the
+file, exit status 1, and leave nothing written anywhere."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import os
+import stat
+import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 import safetensors.torch as safetensors_torch
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kunlun_triton.cli import main as cli_main
 from kunlun_triton.tools import convert_weights
@@ -159,17 +171,6 @@ def test_without_safetensors_the_error_says_what_to_install(tmp_path, monkeypatc
 # Every failure: exit status 1, one line on stderr naming the file, nothing
 # written anywhere (no output, no partial directory, no parent it created),
 # the source and its neighbours untouched.
-
-import contextlib  # noqa: E402
-import io  # noqa: E402
-import os  # noqa: E402
-import stat  # noqa: E402
-import subprocess  # noqa: E402
-import tempfile  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-from hypothesis import given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
 
 SHARD2 = "model-00002-of-00002.safetensors"
 INDEX = "model.safetensors.index.json"
