@@ -42,9 +42,10 @@ with them, ids are integer tensors. A bad free inside a free group is
 dropped at ``free_group_end``, which raises ``PoolError`` naming it after
 making every other free of the group (one pass while all are good; call by
 call only once one is refused), so after any error ``available_size()``
-plus the pages callers hold is the capacity. In checked mode (``KUNLUN_TRITON_POOL_CHECKED``, on by
-default) a free of a page that is not held raises ``PoolError``; unchecked,
-it is not detected: see ``BlockPool`` for what that costs.
+plus the pages callers hold is the capacity. In checked mode
+(``KUNLUN_TRITON_POOL_CHECKED``, on by default) a free of a page that is
+not held raises ``PoolError``; unchecked, it is not detected: see
+``block_pool.checked_default`` for what that lets through.
 
 Differences, on purpose: ``alloc(n)`` with ``n`` beyond the capacity raises
 (SGLang returns None: short; such a request can never be served).
@@ -119,7 +120,7 @@ class PagedKVAllocator:
 
     def clear(self) -> None:
         self.pool.reset()
-        self.free_group = None  # a list of stashed freed pages inside a group
+        self.free_group = None  # inside a group: the page tensors its frees named, released at its end
 
     def merge_and_sort_free(self) -> None:
         free = self.pool.free_page_ids()
