@@ -174,3 +174,23 @@ def test_doctor_does_not_say_all_on_the_triton_path_when_an_op_raised(monkeypatc
     assert doctor_module.doctor(["broken"]) == 1
     out = capsys.readouterr().out
     assert "all on the Triton path" not in out and "raised before a result: broken" in out
+
+
+def test_tune_exits_1_when_an_op_got_no_config(monkeypatch, tmp_path, capsys):
+    """The other ops' configs are still written; before the fix this was a
+    warning and exit status 0."""
+    import yaml
+
+    from kunlun_triton.ops.spec import OpSpec
+    from kunlun_triton.runtime import current_target
+
+    sleepy = next(s for s in fake_specs.SPECS if s.name == "sleepy_op")
+    hopeless = OpSpec("hopeless_op", "sleepy", sleepy.make_case, (), lambda preset, quick: [{"n": 16}],
+                      tune_candidates=lambda quick: [{"VARIANT": "broken"}])
+    fake_specs.install(monkeypatch, [sleepy, hopeless])
+    monkeypatch.setenv("KUNLUN_TRITON_CONFIG_DIR", str(tmp_path))
+    assert tune.main(["sleepy", "--output-dir", str(tmp_path), "--repeat", "1", "--warmup", "0"]) == 1
+    assert "every candidate failed for hopeless_op" in capsys.readouterr().err
+    t = current_target()
+    written = yaml.safe_load((tmp_path / f"{t.name}-{t.arch}.yaml").read_text())
+    assert set(written["ops"]) == {"sleepy_op"}
