@@ -46,6 +46,9 @@ def count_arg(where: str, name: str, value) -> int:
         raise TypeError(f"{where}: {name} must be an integer, got {type(value).__name__} {value!r}") from None
 
 
+_INTEGER_IDS = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
+
+
 class PoolError(ValueError):
     """A free or share that would corrupt the pool (double free, never
     allocated, reference count below zero). The pool is unchanged when it is
@@ -168,13 +171,11 @@ class BlockPool:
         """``n`` free pages with reference count 1, or None (and no change)
         when fewer than ``n`` are free. The result is a view of the free
         stack: use it before the next release overwrites it. ``n`` must be
-        an integer in ``0..num_pages`` (ValueError/TypeError otherwise, and
-        no change: a negative ``n`` would move the stack's base backwards)."""
+        an integer >= 0 (ValueError/TypeError otherwise, and no change: a
+        negative ``n`` would move the stack's base backwards)."""
         if type(n) is not int:
             n = count_arg("take", "n", n)
         if n > self.num_pages - self._base:
-            if n > self.num_pages:
-                raise ValueError(f"take: n = {n} pages is more than the pool holds ({self.num_pages})")
             return None
         if n < 0:
             raise ValueError(f"take: n must be >= 0, got {n}")
@@ -198,8 +199,8 @@ class BlockPool:
                 pages = self.unique_pages(pages)
                 n = pages.numel()
             old = self._refcount.index_select(0, pages)  # the bounds check, before any write
-        except IndexError:
-            raise PoolError(self._outside("share")) from None
+        except (IndexError, RuntimeError) as exc:
+            raise self.bad_ids("share", pages, exc) from None
         # One reduction and one sync: min(old) <= 0 names a page that is free.
         if self.checked and int(torch.min(old)) <= 0:
             raise PoolError(f"share of pages that are not allocated: {self._describe(pages[old <= 0])}")
@@ -228,8 +229,8 @@ class BlockPool:
             # The bounds check before any write (index_add_ is not atomic when
             # an index is out of range), and each occurrence's old count.
             old = rc.index_select(0, pages)
-        except IndexError:
-            raise PoolError(self._outside("free")) from None
+        except (IndexError, RuntimeError) as exc:
+            raise self.bad_ids("free", pages, exc) from None
         # Decrement, then read the new counts: a page named m times moves by
         # m and every occurrence sees the final count (new = old - m).
         rc.index_add_(0, pages, self._minus_one.expand(n))
@@ -269,16 +270,19 @@ class BlockPool:
         capacity. Returns how many pages went back on the free stack."""
         if not batches:
             return 0
+        # torch.cat would promote bool ids to page numbers: any batch that is
+        # not integer ids goes the slow way (a dtype read per batch).
         try:
-            return self.release(batches[0] if len(batches) == 1 else torch.cat(batches), counted=True)
-        except PoolError:
+            if len(batches) == 1 or all(b.dtype in _INTEGER_IDS for b in batches):
+                return self.release(batches[0] if len(batches) == 1 else torch.cat(batches), counted=True)
+        except Exception:  # a refused release changed nothing (see `release`)
             if len(batches) == 1:
                 raise
         freed, refused = 0, []
         for i, pages in enumerate(batches):
             try:
                 freed += self.release(pages, counted=True)
-            except PoolError as exc:
+            except Exception as exc:  # PoolError; TypeError for ids that are not integers
                 refused.append(f"free #{i + 1}: {exc}")
         raise PoolError(
             f"{len(refused)} of the {len(batches)} frees of the group were refused (the other "
@@ -340,6 +344,18 @@ class BlockPool:
 
     def _outside(self, what: str) -> str:
         return f"{what} of slots outside the pool (pages 1..{self.num_pages})"
+
+    def bad_ids(self, what: str, pages: torch.Tensor, exc: Exception) -> Exception:
+        """The error for ids an index op refused (raised before any write):
+        TypeError for ids that are not integers, PoolError for ids outside
+        the pool, else `exc` itself. Ids are not type-checked up front: on
+        the serving trace's replay such a check cost ~1% (CPU time, paired
+        A/B), for an error torch raises anyway."""
+        if pages.dtype not in _INTEGER_IDS:
+            return TypeError(f"{what}: slot and page ids must be an integer tensor, got dtype {pages.dtype}")
+        if isinstance(exc, IndexError):
+            return PoolError(self._outside(what))
+        return exc
 
     def _raise_released(self, bad: torch.Tensor) -> None:
         """``bad``: pages a release would have taken below zero (already
