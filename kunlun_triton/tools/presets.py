@@ -111,6 +111,13 @@ def presets_for(preset: ModelPreset | str, shapes: dict | None) -> list[ModelPre
     fields = {k: v for k, v in (shapes or {}).items() if k in PRESET_FIELDS}
     if not fields:
         return [preset]
+    for key, values in fields.items():
+        whole = isinstance(getattr(preset, key), int)
+        for v in values:
+            number = isinstance(v, (int, float)) and not isinstance(v, bool)
+            if not number or (whole and not isinstance(v, int)) or not (0 < v < float("inf")):
+                raise ValueError(f"--shape {key}={v!r}: {key} takes " + ("whole numbers >= 1" if whole else
+                                 "finite numbers > 0"))
     keys = list(fields)
     return [
         dataclasses.replace(preset, **dict(zip(keys, combo)))
