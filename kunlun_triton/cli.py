@@ -1,4 +1,4 @@
-"""`kunlun-triton` command line: doctor, bench, tune, convert-weights, serve."""
+"""`kunlun-triton` command line: doctor, bench, tune, inspect, convert-weights, serve."""
 
 from __future__ import annotations
 
@@ -26,8 +26,13 @@ def _enable_interpreter_on_cpu() -> None:
 
 
 def _cmd_doctor(args) -> int:
+    from .tools.arguments import environment_problem
     from .tools.doctor import doctor
 
+    problem = environment_problem()
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
     try:
         return doctor(args.family or None, repeat=args.repeat, verbose=args.verbose)
     except ValueError as exc:  # an unknown family or op
@@ -51,6 +56,7 @@ def _delegate(module: str, function: str):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .tools.arguments import non_negative_int, positive_float, positive_int
     from .tools.presets import DEFAULT_PRESET, MODEL_PRESETS
 
     parser = argparse.ArgumentParser(prog="kunlun-triton", description=__doc__)
@@ -58,29 +64,32 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("doctor", help="detected target, and every op checked against its reference")
     p.add_argument("family", nargs="*", help="op families or op names to check (default: all)")
-    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--repeat", type=positive_int, default=3)
     p.add_argument("--verbose", "-v", action="store_true")
     p.set_defaults(run=_cmd_doctor)
 
     p = sub.add_parser("bench", help="time ops side by side with their references")
     p.add_argument("family", nargs="*", help="op families or op names (default: all families)")
     p.add_argument("--preset", choices=sorted(MODEL_PRESETS), default=DEFAULT_PRESET)
-    p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--repeat", type=int, default=10)
-    p.add_argument("--peak-gbps", type=float, default=None, help="device peak bandwidth, if not in the table")
+    # None: not given (bench.main_from_args fills 3 and 10 in, and tells a mode that ignores them)
+    p.add_argument("--warmup", type=non_negative_int, default=None, help="untimed runs per impl (default 3)")
+    p.add_argument("--repeat", type=positive_int, default=None, help="timed runs per impl, median kept (default 10)")
+    p.add_argument("--peak-gbps", type=positive_float, default=None, help="device peak bandwidth, if not in the table")
     p.add_argument("--quick", action="store_true", help="small shapes only (CPU, CI)")
     p.add_argument(
         "--shape", action="append", metavar="KEY=V[,V...]",
         help="override a preset field or a swept param, e.g. batch=1,8,context_len=512 (repeatable)",
     )
     p.add_argument("--output", "-o", metavar="DIR", help="write results.json, results.csv and plot.png here")
-    p.add_argument("--metric", choices=("auto", "time", "gbps"), default="auto", help="what the plot shows")
+    p.add_argument("--metric", choices=("auto", "time", "gbps"), default=None, help="what the plot shows (auto)")
     p.add_argument("--list", action="store_true", help="list the cases without running them")
     p.add_argument("--peak-table", action="store_true", help="print the known peak bandwidths and exit")
     p.set_defaults(run=_cmd_bench)
 
     for name, module, function, text in (
         ("tune", "kunlun_triton.tools.tune", "main", "search launch configs and write autotune_configs/"),
+        ("inspect", "kunlun_triton.tools.inspect_kernels", "main",
+         "registers, spills, SASS per loop of an op's kernels on a target, ahead of time (vs SGLang's)"),
         ("convert-weights", "kunlun_triton.tools.convert_weights", "main", "convert a safetensors checkpoint to fp16"),
         ("serve", "kunlun_triton.sglang_plugin.serve", "serve_main", "sglang.launch_server on the kunlun platform"),
     ):
@@ -93,7 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser()
-    if argv and argv[0] in ("tune", "convert-weights", "serve"):
+    if argv and argv[0] in ("tune", "inspect", "convert-weights", "serve"):
         # argparse's REMAINDER drops a leading option (`convert-weights --model-path ...`),
         # so these commands get their arguments untouched and parse them themselves
         args = parser.parse_args(argv[:1])

@@ -9,6 +9,7 @@ which kernel ran for each op.
 
     python scripts/sglang_generate.py                       # tiny Llama
     python scripts/sglang_generate.py --arch qwen2 --max-new-tokens 16
+    python scripts/sglang_generate.py --arch qwen3_moe      # MoE: moe_topk + fused_experts
     python scripts/sglang_generate.py --model-path /models/Qwen2-7B --dtype float16
 """
 
@@ -30,7 +31,8 @@ def _say(msg: str) -> None:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model-path", help="a local HF checkpoint (default: build a tiny random one)")
-    parser.add_argument("--arch", choices=("llama", "qwen2"), default="llama", help="tiny model architecture")
+    parser.add_argument("--arch", choices=("llama", "qwen2", "qwen3_moe", "mixtral"), default="llama",
+                        help="tiny model architecture (qwen3_moe, mixtral: mixture of experts)")
     parser.add_argument("--dtype", default=None, help="model dtype (tiny model: float32)")
     parser.add_argument("--max-new-tokens", type=int, default=12)
     parser.add_argument("--page-size", type=int, default=1)

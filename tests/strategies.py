@@ -105,3 +105,79 @@ def extend_cases(draw, dtype=None, head_dim=None, max_batch: int = 3, max_prefix
     prefix = draw(ragged_lengths(max_batch, max_prefix))
     extend = draw(st.lists(st.integers(0, max_extend), min_size=len(prefix), max_size=len(prefix)))
     return extend_batch(prefix, extend, **kw)
+
+
+# ---- mixture of experts (`kunlun_triton.ops.moe`) ----
+
+# Routings fused_experts must get right: random choices, every token to one
+# expert (the same K experts for every token), a few experts taking
+# everything (the rest get no token), and any ids at all (a token may list
+# an expert twice).
+ROUTINGS = ("random", "all_to_one", "few_experts", "any")
+
+
+@st.composite
+def moe_cases(draw, dtype=None, max_tokens: int = 24):
+    """Inputs of fused_experts: x [T, H] (rows may be strided), W13 [E, 2I, H],
+    W2 [E, H, I], weights [T, K] and ids [T, K] (int32 or int64), with
+    non-power-of-two H and I and the routing kinds of ROUTINGS."""
+    dtype = draw(float_dtypes()) if dtype is None else dtype
+    experts = draw(st.sampled_from([1, 2, 3, 8, 13, 64]))
+    top_k = draw(st.integers(1, min(experts, 4)))
+    tokens = draw(st.integers(1, max_tokens))
+    hidden = draw(st.sampled_from([13, 40, 96]))
+    inter = draw(st.sampled_from([8, 24, 33]))
+    routing = draw(st.sampled_from(ROUTINGS))
+    gen = torch.Generator().manual_seed(draw(seeds()))
+    if routing == "all_to_one":  # every token to the same expert(s): one expert per slot column
+        ids = torch.randperm(experts, generator=gen)[:top_k].repeat(tokens, 1)
+    elif routing == "few_experts":
+        used = torch.randperm(experts, generator=gen)[: max(1, experts // 4)]
+        ids = used[torch.randint(0, used.numel(), (tokens, top_k), generator=gen)]
+    elif routing == "any":
+        ids = torch.randint(0, experts, (tokens, top_k), generator=gen)
+    else:
+        ids = torch.stack([torch.randperm(experts, generator=gen)[:top_k] for _ in range(tokens)])
+    ids = ids.to(draw(st.sampled_from([torch.int32, torch.int64])))
+    weights = torch.rand(tokens, top_k, generator=gen)
+    pad = draw(st.sampled_from([0, 0, 5]))
+    x = torch.randn(tokens, hidden + pad, generator=gen)[:, :hidden]
+    w13 = torch.randn(experts, 2 * inter, hidden, generator=gen) / hidden**0.5
+    w2 = torch.randn(experts, hidden, inter, generator=gen) / inter**0.5
+    return dict(
+        hidden_states=x.to(dtype).to(DEVICE),
+        w13=w13.to(dtype).to(DEVICE),
+        w2=w2.to(dtype).to(DEVICE),
+        topk_weights=weights.to(DEVICE),
+        topk_ids=ids.to(DEVICE),
+        activation=draw(st.sampled_from(["silu", "gelu", "gelu_tanh"])),
+        apply_router_weight_on_input=draw(st.sampled_from([False, False, True])),
+    )
+
+
+@st.composite
+def router_logits(draw, max_tokens: int = 16):
+    """(logits [T, E], top_k, kwargs of moe_topk). Logits and biases sit on
+    coarse grids, so scores are either exactly tied (ties must go to the
+    lower expert id) or far apart."""
+    experts = draw(st.sampled_from([1, 4, 6, 16, 60, 64, 256]))
+    tokens = draw(st.integers(1, max_tokens))
+    gen = torch.Generator().manual_seed(draw(seeds()))
+    levels = draw(st.sampled_from([3, 9, 25]))  # few levels: many exact ties
+    logits = (torch.randint(0, levels, (tokens, experts), generator=gen) - levels // 2).float() / 4
+    kwargs = {"scoring": draw(st.sampled_from(["softmax", "sigmoid"])), "renormalize": draw(st.booleans())}
+    if draw(st.booleans()):
+        kwargs["correction_bias"] = (torch.randint(-4, 5, (experts,), generator=gen).float() / 8).to(DEVICE)
+    group_counts = [g for g in (2, 4, 8) if experts % g == 0 and experts // g >= 2]
+    if group_counts and draw(st.booleans()):
+        groups = draw(st.sampled_from(group_counts))
+        kwargs["num_expert_group"] = groups
+        kwargs["topk_group"] = draw(st.integers(1, groups))
+        max_k = kwargs["topk_group"] * (experts // groups)
+    else:
+        max_k = experts
+    if draw(st.booleans()):
+        kwargs["routed_scaling_factor"] = draw(st.sampled_from([0.5, 2.5]))
+    top_k = draw(st.integers(1, min(max_k, 8)))
+    dtype = draw(float_dtypes())
+    return logits.to(dtype).to(DEVICE), top_k, kwargs

@@ -26,11 +26,27 @@ twice, and, in checked mode, the error checks (one reduction each).
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 
 import torch
 
 from ..runtime.env import env_flag
+
+
+def count_arg(where: str, name: str, value) -> int:
+    """`value` as a Python int (ints, numpy integers, integer 0-d tensors),
+    else TypeError naming the argument; bools and floats are refused, even
+    whole ones (a float size is a caller's arithmetic gone wrong)."""
+    if isinstance(value, bool):
+        raise TypeError(f"{where}: {name} must be an integer, got {value!r}")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"{where}: {name} must be an integer, got {type(value).__name__} {value!r}") from None
+
+
+_INTEGER_IDS = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
 
 
 class PoolError(ValueError):
@@ -40,7 +56,31 @@ class PoolError(ValueError):
 
 
 def checked_default() -> bool:
-    """Checked mode is on unless ``KUNLUN_TRITON_POOL_CHECKED=0``."""
+    """Checked mode is on unless ``KUNLUN_TRITON_POOL_CHECKED=0``.
+
+    What checked mode catches: a release of a page that is not held (double
+    free, never allocated, more releases than holders) and a share of a free
+    page, each refused with ``PoolError`` before anything moves. It costs
+    one reduction (a host sync) per share and nothing on a release's
+    normal path (the check rides on a reduction every release makes).
+
+    Unchecked, those go through: a double free takes the page's count below
+    zero (it is not stacked twice; the count is wrong until the page is next
+    taken), and a share of a free page marks it held while it stays on the
+    free stack, so it is later handed to a second request and two requests
+    write the same KV slots: wrong outputs, no error. Ids outside the pool
+    are refused in both modes on the CPU (``PoolError``); on a GPU the bounds
+    check is the device's own, and an id far outside the pool is a
+    device-side assert that ends the process. Neither mode can tell a
+    release of a page someone else holds from a legitimate one.
+
+    Why the SGLang plugin may run unchecked: SGLang's scheduler frees only
+    slots the allocator handed out (its ``req_to_token`` rows), each
+    request's once, and its radix cache frees a cached prefix once, when
+    eviction finds the node unlocked; our ``share`` is never called by
+    SGLang. Under those invariants no check ever fires; it is on by default
+    because a bug that breaks them would otherwise corrupt other requests'
+    KV silently."""
     return env_flag("KUNLUN_TRITON_POOL_CHECKED", True)
 
 
@@ -77,10 +117,12 @@ class BlockPool:
     """Pages ``1..num_pages`` of ``page_size`` slots, with reference counts."""
 
     def __init__(self, num_pages: int, page_size: int, device="cpu", checked: bool | None = None):
-        if num_pages < 0 or page_size < 1:
-            raise ValueError(f"need num_pages >= 0 and page_size >= 1, got {num_pages} and {page_size}")
-        self.num_pages = int(num_pages)
-        self.page_size = int(page_size)
+        num_pages = count_arg("BlockPool", "num_pages", num_pages)
+        page_size = count_arg("BlockPool", "page_size", page_size)
+        if page_size < 1:
+            raise ValueError(f"BlockPool: page_size must be >= 1, got {page_size}")
+        self.num_pages = num_pages
+        self.page_size = page_size
         self.device = torch.device(device)
         self.checked = checked_default() if checked is None else bool(checked)
         # Twice the pages plus a zero half: an id just past the end lands
@@ -128,9 +170,15 @@ class BlockPool:
     def take(self, n: int) -> torch.Tensor | None:
         """``n`` free pages with reference count 1, or None (and no change)
         when fewer than ``n`` are free. The result is a view of the free
-        stack: use it before the next release overwrites it."""
+        stack: use it before the next release overwrites it. ``n`` must be
+        an integer >= 0 (ValueError/TypeError otherwise, and no change: a
+        negative ``n`` would move the stack's base backwards)."""
+        if type(n) is not int:
+            n = count_arg("take", "n", n)
         if n > self.num_pages - self._base:
             return None
+        if n < 0:
+            raise ValueError(f"take: n must be >= 0, got {n}")
         pages = self._free[self._base : self._base + n]
         self._base += n
         self._refcount.index_fill_(0, pages, 1)
@@ -151,8 +199,8 @@ class BlockPool:
                 pages = self.unique_pages(pages)
                 n = pages.numel()
             old = self._refcount.index_select(0, pages)  # the bounds check, before any write
-        except IndexError:
-            raise PoolError(self._outside("share")) from None
+        except (IndexError, RuntimeError) as exc:
+            raise self.bad_ids("share", pages, exc) from None
         # One reduction and one sync: min(old) <= 0 names a page that is free.
         if self.checked and int(torch.min(old)) <= 0:
             raise PoolError(f"share of pages that are not allocated: {self._describe(pages[old <= 0])}")
@@ -181,8 +229,8 @@ class BlockPool:
             # The bounds check before any write (index_add_ is not atomic when
             # an index is out of range), and each occurrence's old count.
             old = rc.index_select(0, pages)
-        except IndexError:
-            raise PoolError(self._outside("free")) from None
+        except (IndexError, RuntimeError) as exc:
+            raise self.bad_ids("free", pages, exc) from None
         # Decrement, then read the new counts: a page named m times moves by
         # m and every occurrence sees the final count (new = old - m).
         rc.index_add_(0, pages, self._minus_one.expand(n))
@@ -211,6 +259,35 @@ class BlockPool:
         self._free[self._base - k : self._base] = freed
         self._base -= k
         return k
+
+    def release_batches(self, batches: list) -> int:
+        """`release` (counted) of several callers' page tensors, in order, as
+        one (one pass on the normal path). When that is refused (checked
+        mode: a page not held; any mode: an id outside the pool) each batch
+        is released on its own, in order, so every valid one still happens
+        and only the bad ones are dropped; then ``PoolError`` names those.
+        Either way, afterwards the free pages plus the pages held are the
+        capacity. Returns how many pages went back on the free stack."""
+        if not batches:
+            return 0
+        # torch.cat would promote bool ids to page numbers: any batch that is
+        # not integer ids goes the slow way (a dtype read per batch).
+        try:
+            if len(batches) == 1 or all(b.dtype in _INTEGER_IDS for b in batches):
+                return self.release(batches[0] if len(batches) == 1 else torch.cat(batches), counted=True)
+        except Exception:  # a refused release changed nothing (see `release`)
+            if len(batches) == 1:
+                raise
+        freed, refused = 0, []
+        for i, pages in enumerate(batches):
+            try:
+                freed += self.release(pages, counted=True)
+            except Exception as exc:  # PoolError; TypeError for ids that are not integers
+                refused.append(f"free #{i + 1}: {exc}")
+        raise PoolError(
+            f"{len(refused)} of the {len(batches)} frees of the group were refused (the other "
+            f"{len(batches) - len(refused)} went through, {freed} pages back in the pool): " + "; ".join(refused)
+        )
 
     def unique_pages(self, pages: torch.Tensor) -> torch.Tensor:
         """The distinct ids in ``pages`` (which must lie in 0..num_pages), in
@@ -267,6 +344,18 @@ class BlockPool:
 
     def _outside(self, what: str) -> str:
         return f"{what} of slots outside the pool (pages 1..{self.num_pages})"
+
+    def bad_ids(self, what: str, pages: torch.Tensor, exc: Exception) -> Exception:
+        """The error for ids an index op refused (raised before any write):
+        TypeError for ids that are not integers, PoolError for ids outside
+        the pool, else `exc` itself. Ids are not type-checked up front: on
+        the serving trace's replay such a check cost ~1% (CPU time, paired
+        A/B), for an error torch raises anyway."""
+        if pages.dtype not in _INTEGER_IDS:
+            return TypeError(f"{what}: slot and page ids must be an integer tensor, got dtype {pages.dtype}")
+        if isinstance(exc, IndexError):
+            return PoolError(self._outside(what))
+        return exc
 
     def _raise_released(self, bad: torch.Tensor) -> None:
         """``bad``: pages a release would have taken below zero (already

@@ -22,9 +22,9 @@ Semantics shared with SGLang:
 - ``alloc_extend`` continues each request's partial last page at
   ``last_loc + 1`` before taking new pages; ``alloc_decode`` likewise;
 - ``free`` releases every page any given slot lies in (whole pages);
-- inside ``free_group_begin()/free_group_end()`` frees are deferred to the
-  end (each call de-duplicated on its own: two holders of a shared page
-  may both free it in one group);
+- inside ``free_group_begin()/free_group_end()`` freed pages return to the
+  pool at the end (each call de-duplicated on its own: two holders of a
+  shared page may both free it in one group);
 - ``free_segment(idx, start_pos=)`` releases ``idx[::page_size]``'s pages,
   ``free_page_ids(pages)`` exactly the pages given (each once).
 
@@ -32,7 +32,25 @@ Beyond SGLang: pages carry reference counts (``share``), so a prefix held by
 several requests returns to the pool when its last holder frees it; a double
 free raises ``PoolError`` with slot ids in checked mode; ``stats()``.
 
-Differences, on purpose: freed pages are reusable at once (SGLang with
+Bad arguments raise and change nothing (checked on the host, from values the
+call already has: a few us, no device sync): every size is an integer
+(``alloc``: a multiple of ``page_size`` in ``0..size``, where SGLang only
+asserts in its debug mode and otherwise corrupts its free list on a negative
+size), per-request lengths are CPU integer tensors of one length each with
+``0 <= prefix <= seq`` and ``extend_num_tokens``/``num_new_pages`` agreeing
+with them, and ids that are not integers are refused (``TypeError``, from
+the index op that reads them, before any write). A bad free inside a free group is
+dropped at ``free_group_end``, which raises ``PoolError`` naming it after
+making every other free of the group (one pass while all are good; call by
+call only once one is refused), so after any error ``available_size()``
+plus the pages callers hold is the capacity. In checked mode
+(``KUNLUN_TRITON_POOL_CHECKED``, on by default) a free of a page that is
+not held raises ``PoolError``; unchecked, it is not detected: see
+``block_pool.checked_default`` for what that lets through.
+
+Differences, on purpose: ``alloc(n)`` with ``n`` beyond the capacity raises
+(SGLang returns None: short; such a request can never be served).
+Freed pages are reusable at once (SGLang with
 ``need_sort`` stages them until an allocation runs short, then sorts); here
 ``merge_and_sort_free()`` sorts the free pages so the next allocations take
 ascending ids, and ``available_size()`` is the same either way.
@@ -44,17 +62,21 @@ import numpy as np
 import torch
 
 from ..runtime.log import logger
-from .block_pool import BlockPool, PoolError, PoolStats
+from .block_pool import BlockPool, PoolStats, count_arg
 
 
 class PagedKVAllocator:
     """Token slots handed out page by page; see the module docstring."""
 
     def __init__(self, size, page_size, dtype=None, device="cpu", kvcache=None, need_sort=False, *, checked=None):
+        size = count_arg("PagedKVAllocator", "size", size)
+        page_size = count_arg("PagedKVAllocator", "page_size", page_size)
+        if size < 0 or page_size < 1:
+            raise ValueError(f"PagedKVAllocator: need size >= 0 and page_size >= 1, got {size} and {page_size}")
         if size % page_size:
             logger.debug("allocator size %d is not a multiple of page_size %d; rounding down", size, page_size)
-        self.size = int(size)
-        self.page_size = int(page_size)
+        self.size = size
+        self.page_size = page_size
         self.dtype = dtype
         self.device = device
         self._kvcache = kvcache
@@ -99,7 +121,7 @@ class PagedKVAllocator:
 
     def clear(self) -> None:
         self.pool.reset()
-        self.free_group = None
+        self.free_group = None  # inside a group: the page tensors its frees named, released at its end
 
     def merge_and_sort_free(self) -> None:
         free = self.pool.free_page_ids()
@@ -133,7 +155,17 @@ class PagedKVAllocator:
     # ------------------------------------------------------------ SGLang: allocation
 
     def alloc(self, need_size: int):
-        """``need_size`` slots as whole pages (page-major), or None."""
+        """``need_size`` slots as whole pages (page-major), or None when the
+        pool is short. ``need_size`` must be an integer multiple of
+        ``page_size`` (SGLang's debug mode asserts it) in ``0..size``:
+        anything else raises and changes nothing."""
+        if type(need_size) is not int:
+            need_size = count_arg("alloc", "need_size", need_size)
+        if need_size % self.page_size or need_size < 0 or need_size > self.size:
+            raise ValueError(
+                f"alloc: need_size must be a multiple of page_size {self.page_size} in 0..{self.size} "
+                f"(the pool's capacity), got {need_size}"
+            )
         pages = self.pool.take(need_size // self.page_size)
         if pages is None:
             return None
@@ -159,28 +191,58 @@ class PagedKVAllocator:
 
         Per-request numbers come from the ``_cpu`` copies (numpy: no device
         launch, no sync); the device work is a take and one or two tensor ops.
+
+        Validated on those host copies (~2 us; nothing changes when a check
+        fails): CPU integer lengths, one per request in them and in
+        ``last_loc`` (the device ``prefix_lens``/``seq_lens`` are not read),
+        ``0 <= prefix <= seq``, ``num_new_pages`` (when given)
+        equal to the pages the lengths need, and ``extend_num_tokens ==
+        sum(seq - prefix)``, the last where the slots are laid out, from a
+        sum that is computed there anyway (a separate reduction cost 1.4 us;
+        the pages taken go back when it fails). ``last_loc`` lives on the
+        device and is trusted (SGLang reads it from its ``req_to_token``
+        table): a wrong one hands out slots of pages the request does not
+        hold.
         """
         ps = self.page_size
         # numpy ufuncs and methods, not np.cumsum/np.repeat/np.array_equal:
         # those wrappers cost 4 us each here vs 0.6 us for np.add.accumulate.
-        prefix = prefix_lens_cpu.numpy().astype(np.int64, copy=False)
-        seq = seq_lens_cpu.numpy().astype(np.int64, copy=False)
+        prefix = _host_lengths("alloc_extend", "prefix_lens_cpu", prefix_lens_cpu).astype(np.int64, copy=False)
+        seq = _host_lengths("alloc_extend", "seq_lens_cpu", seq_lens_cpu).astype(np.int64, copy=False)
+        bs = prefix.size
+        if seq.size != bs or last_loc.numel() != bs:  # the device prefix_lens/seq_lens are not read
+            raise _count_mismatch("alloc_extend", bs, seq_lens_cpu=seq_lens_cpu, last_loc=last_loc)
+        extend = seq - prefix
+        # 0 <= prefix <= seq: a lone request (most prefill batches) by two
+        # scalar reads; more by one reduction over both (measured on the
+        # serving trace, a reduction costs ~5 us a call in context).
+        if (prefix[0] < 0 or extend[0] < 0) if bs == 1 else (bs and np.minimum(prefix, extend).min() < 0):
+            raise ValueError(
+                f"alloc_extend: need 0 <= prefix_lens <= seq_lens per request, got prefix_lens {prefix.tolist()} "
+                f"and seq_lens {seq.tolist()}"
+            )
+        if type(extend_num_tokens) is not int:
+            extend_num_tokens = count_arg("alloc_extend", "extend_num_tokens", extend_num_tokens)
         prefix_pages = (prefix + (ps - 1)) // ps  # pages the prefix touches
         new_per_req = (seq + (ps - 1)) // ps - prefix_pages
-        if num_new_pages is None:
-            num_new_pages = int(np.add.reduce(new_per_req))
-        pages = self.pool.take(num_new_pages)
+        needed = int(np.add.reduce(new_per_req))
+        if num_new_pages is not None and num_new_pages != needed:
+            raise ValueError(f"alloc_extend: num_new_pages {num_new_pages!r} but the lengths need {needed} new pages")
+        pages = self.pool.take(needed)
         if pages is None:
             return None
-        if ps == 1:
-            return pages.clone()  # every token is a new page; the view would be overwritten
+        if ps == 1:  # every token is a new page
+            if needed != extend_num_tokens:
+                self.pool.release(pages.clone(), counted=True, distinct=True)
+                raise _token_count_mismatch(extend_num_tokens, needed)
+            return pages.clone()  # the view would be overwritten
         try:
-            return self._extend_slots(pages, prefix, seq, prefix_pages, new_per_req, last_loc, extend_num_tokens)
+            return self._extend_slots(pages, prefix, extend, prefix_pages, new_per_req, last_loc, extend_num_tokens)
         except Exception:
             self.pool.release(pages.clone(), counted=True, distinct=True)  # a bad argument must not leak pages
             raise
 
-    def _extend_slots(self, pages, prefix, seq, prefix_pages, new_per_req, last_loc, num_tokens):
+    def _extend_slots(self, pages, prefix, extend, prefix_pages, new_per_req, last_loc, num_tokens):
         """Every slot is one gather from a small table on the device: the new
         pages' slots (``pages[j] * ps + 0..ps-1``), then one row per request
         continuing its partial page (``last_loc[i] + 1 + 0..ps-1``). Request
@@ -199,12 +261,13 @@ class PagedKVAllocator:
         np.add.accumulate."""
         ps = self.page_size
         offsets = self.pool._page_offsets
-        extend = seq - prefix
         room = prefix_pages * ps - prefix  # free slots left on each partial page
         table = torch.add(offsets, pages.unsqueeze(1), alpha=ps).view(-1)  # one op, ~2x the mul+add pair
         first_new = (np.add.accumulate(new_per_req) - new_per_req) * ps  # first new-page slot in `table`
         if not room.any():
             if prefix.size == 1:
+                if extend[0] != num_tokens:
+                    raise _token_count_mismatch(num_tokens, int(extend[0]))
                 return table[:num_tokens]
             src, lens = first_new, extend
         else:
@@ -214,7 +277,10 @@ class PagedKVAllocator:
             # runs: (partial row i, c_i tokens), (new pages of i, extend_i - c_i tokens)
             src = np.stack(((pages.numel() + np.arange(prefix.size)) * ps, first_new), axis=1).reshape(-1)
             lens = np.stack((partial, extend - partial), axis=1).reshape(-1)
-        flat = np.arange(num_tokens) + (src - (np.add.accumulate(lens) - lens)).repeat(lens)
+        ends = np.add.accumulate(lens)
+        if ends[-1] != num_tokens:  # the caller's extend_num_tokens, checked on a sum we need anyway
+            raise _token_count_mismatch(num_tokens, int(ends[-1]))
+        flat = np.arange(num_tokens) + (src - (ends - lens)).repeat(lens)
         return table.index_select(0, self._to_device(flat))
 
     def _to_device(self, array: np.ndarray) -> torch.Tensor:
@@ -231,7 +297,15 @@ class PagedKVAllocator:
         thread, page 16, serving trace, median per call): 46 us, first
         version 74 us, SGLang 136 us."""
         ps = self.page_size
-        needs_page = (seq_lens_cpu.numpy() % ps == 1 % ps).nonzero()[0]
+        seq = _host_lengths("alloc_decode", "seq_lens_cpu", seq_lens_cpu)
+        bs = seq.size
+        if last_loc.numel() != bs:  # the device seq_lens is not read
+            raise _count_mismatch("alloc_decode", bs, last_loc=last_loc)
+        # seq_lens' values are not range-checked: a reduction costs ~5 us a
+        # call in context (serving trace), and no value can unbalance the
+        # pool (the pages taken are the requests at a page boundary, at most
+        # one each, every one handed out). SGLang's seq_lens are >= 1.
+        needs_page = (seq % ps == 1 % ps).nonzero()[0]
         if ps == 1:
             pages = self.pool.take(needs_page.size)
             return None if pages is None else pages.clone()
@@ -249,18 +323,20 @@ class PagedKVAllocator:
 
     def free(self, free_index: torch.Tensor) -> None:
         """Release every page a slot in ``free_index`` lies in (each page
-        once per call; reference counts decide when it is really free)."""
+        once per call; reference counts decide when it is really free).
+
+        Inside a free group the release waits for ``free_group_end``, each
+        call de-duplicated now: across calls of a group each call is one
+        holder letting go (SGLang, without counts, de-duplicates the whole
+        group; the two agree whenever no page is held twice)."""
         if free_index.numel() == 0:
             return
         pages = torch.div(free_index.reshape(-1), self.page_size, rounding_mode="floor")
         if self.free_group is not None:
-            # De-duplicate per call now: across calls of a group each call is
-            # one holder letting go (SGLang, without counts, de-duplicates the
-            # whole group; the two agree whenever no page is held twice).
             try:
                 self.free_group.append(self.pool.unique_pages(pages))  # a fresh tensor: no clone
-            except IndexError:
-                raise PoolError(self.pool._outside("free")) from None
+            except (IndexError, RuntimeError) as exc:
+                raise self.pool.bad_ids("free", pages, exc) from None
             return
         self.pool.release(pages)
 
@@ -306,14 +382,19 @@ class PagedKVAllocator:
         self.free_segments(segments)
 
     def free_group_begin(self) -> None:
+        """Frees until ``free_group_end`` are collected and released there,
+        in one pass."""
         if self.free_group is not None:
             raise RuntimeError("free groups cannot be nested")
         self.free_group = []
 
     def free_group_end(self) -> None:
+        """Release the group's frees. A bad one (double free, never
+        allocated, outside the pool: ``PoolError``) is dropped and named,
+        and every other free of the group still happens, so the pool never
+        loses the pages of the good ones (`BlockPool.release_batches`)."""
         pending, self.free_group = self.free_group, None
-        if pending:
-            self.pool.release(pending[0] if len(pending) == 1 else torch.cat(pending), counted=True)
+        self.pool.release_batches(pending)
 
     # ------------------------------------------------------------ beyond SGLang
 
@@ -337,3 +418,34 @@ class PagedKVAllocator:
     def stats(self) -> PoolStats:
         pending = sum(pages.numel() for pages in self.free_group or ())
         return self.pool.stats(pending_pages=pending)
+
+
+# The argument checks on the hot paths are what the serving trace's replay
+# could afford (paired A/B against the unchecked code, CPU time, 200-300
+# alternating replays; a loop's microbenchmark understates in-context cost
+# ~5-10x): metadata and array flags the call reads anyway, scalar reads,
+# no numpy reduction (~5 us a call in context) where one can be avoided.
+
+
+def _host_lengths(op: str, name: str, t) -> np.ndarray:
+    """A 1-D CPU integer tensor of per-request lengths, as a numpy view. The
+    checks read the array's flags after ``numpy()`` (which the caller needs
+    anyway, and which refuses device tensors and non-tensors): 0.15 us, vs
+    0.3 us for the same checks on the tensor."""
+    try:
+        a = t.numpy()
+    except (AttributeError, TypeError, RuntimeError):
+        a = None
+    if a is None or a.ndim != 1 or a.dtype.kind not in "iu":
+        got = type(t).__name__ if not isinstance(t, torch.Tensor) else f"{t.dtype} {tuple(t.shape)} on {t.device}"
+        raise TypeError(f"{op}: {name} must be a 1-D CPU integer tensor of lengths, got {got}")
+    return a
+
+
+def _token_count_mismatch(given: int, lengths: int) -> ValueError:
+    return ValueError(f"alloc_extend: extend_num_tokens {given} != sum(seq_lens - prefix_lens) = {lengths}")
+
+
+def _count_mismatch(op: str, n: int, **per_request) -> ValueError:
+    sizes = ", ".join(f"{k} {v.numel()}" for k, v in per_request.items())
+    return ValueError(f"{op}: need one entry per request in every argument: {n} lengths, but {sizes}")

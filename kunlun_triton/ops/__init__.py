@@ -1,5 +1,5 @@
 """Public ops, one folder per op family (`norm`, `activation`, `rope`,
-`attention`, `sampling`), each holding its ``@triton.jit`` kernels, its
+`attention`, `sampling`, `moe`), each holding its ``@triton.jit`` kernels, its
 launchers (validate, pick a config, launch; or run the torch reference where
 no Triton target runs), its pure-torch reference and its specs (`spec.OpSpec`:
 what doctor, bench and tune need). One name per op everywhere: function,
@@ -26,15 +26,20 @@ FAMILY_OF = {
     "top_p_renorm_probs": "sampling",
     "min_p_renorm_probs": "sampling",
     "renorm_probs": "sampling",
+    "moe_topk": "moe",
+    "fused_experts": "moe",
 }
+# Helpers next to an op: the decode step's split-KV scratch.
+HELPERS = {"decode_workspace": "attention", "DecodeWorkspace": "attention"}
 
-__all__ = sorted(FAMILY_OF)
+__all__ = sorted({**FAMILY_OF, **HELPERS})
 
 
 def __getattr__(name):
-    if name not in FAMILY_OF:
+    family = FAMILY_OF.get(name) or HELPERS.get(name)
+    if family is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{FAMILY_OF[name]}"), name)
+    return getattr(importlib.import_module(f"{__name__}.{family}"), name)
 
 
 def __dir__():

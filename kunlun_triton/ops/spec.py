@@ -19,7 +19,9 @@ Each op family's ``spec.py`` lists an `OpSpec` per op. `doctor`, `bench` and
   shape under a config, as ahead-of-time compile specs
   (`kunlun_triton.testing.KernelSpec`), computed by the same code the
   launcher uses to pick its constexprs; the lowering tests and
-  ``kunlun-triton inspect`` compile these.
+  ``kunlun-triton inspect`` compile these;
+- ``traffic(shape, dtype)``: bytes one call moves as launched on the
+  active target (scratch included), where the op has a model of it.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from typing import Callable
 
 import torch
 
-FAMILIES = ("norm", "activation", "rope", "attention", "sampling")
+FAMILIES = ("norm", "activation", "rope", "attention", "sampling", "moe")
 
 
 @dataclass
@@ -62,6 +64,7 @@ class OpSpec:
     tolerance_scale: float = 1.0
     x_axis: str = ""
     kernels: Callable[[dict, torch.dtype, dict], list] | None = None
+    traffic: Callable[[dict, torch.dtype], int] | None = None
 
 
 def family_specs(family: str) -> list[OpSpec]:
@@ -79,3 +82,17 @@ def resolve_config(spec_name: str, dims: dict, overlay: dict | None = None) -> d
     from ..runtime import get_config
 
     return {**get_config(spec_name, **dims), **(overlay or {})}
+
+
+def planned_kernels(name: str, shape: dict, dtype, target, config: dict | None = None) -> list:
+    """The AOT compile specs (`KernelSpec`) of op `name` for `shape` as
+    `target` (a `runtime.Target`) would launch it: its configs (or `config`)
+    and capabilities pick the constexprs. What the lowering tests and
+    ``kunlun-triton inspect`` compile."""
+    from ..runtime import targeting
+
+    spec = all_specs()[name]
+    if spec.kernels is None:
+        raise ValueError(f"{name}: its spec does not plan its kernels (OpSpec.kernels)")
+    with targeting(target):
+        return spec.kernels(shape, dtype, config)

@@ -18,12 +18,14 @@ import numbers
 import torch
 
 from ..runtime.dtypes import FLOAT_DTYPES, INDEX_DTYPES, dtype_names
-from ..runtime.env import env_flag
+from ..runtime.env import cached_flag
+
+_checks_enabled = cached_flag("KUNLUN_TRITON_CHECK", True)
 
 
 def checked_mode(check: bool) -> bool:
     """Whether value checks run for this call: ``check`` and not ``KUNLUN_TRITON_CHECK=0``."""
-    return bool(check) and env_flag("KUNLUN_TRITON_CHECK", True)
+    return bool(check) and _checks_enabled()
 
 
 def require_tensor(
@@ -38,17 +40,19 @@ def require_tensor(
     last_dim_contiguous: bool = True,
 ) -> None:
     """`t` is a tensor of one of `dtypes`, with `ndim` (or min..max) dims and,
-    unless told otherwise, a contiguous last dim."""
+    unless told otherwise, a contiguous last dim. (Every op call runs a few
+    of these: the common case asks each property once.)"""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{op}: {name} must be a torch.Tensor, got {type(t).__name__}")
     if t.dtype not in dtypes:
         raise TypeError(f"{op}: {name} has dtype {t.dtype}; expected one of {dtype_names(dtypes)}")
-    if ndim is not None and t.dim() != ndim:
+    dims = t.dim()
+    if ndim is not None and dims != ndim:
         raise ValueError(f"{op}: {name} must have {ndim} dims, got shape {tuple(t.shape)}")
-    if t.dim() < min_ndim or (max_ndim is not None and t.dim() > max_ndim):
+    if dims < min_ndim or (max_ndim is not None and dims > max_ndim):
         wanted = f"{min_ndim}..{max_ndim if max_ndim is not None else 'any'}"
         raise ValueError(f"{op}: {name} must have {wanted} dims, got shape {tuple(t.shape)}")
-    if last_dim_contiguous and t.dim() and t.shape[-1] > 1 and t.numel() and t.stride(-1) != 1:
+    if last_dim_contiguous and dims and t.stride(-1) != 1 and t.shape[-1] > 1 and t.numel():
         raise ValueError(f"{op}: {name} must be contiguous in its last dim, got strides {t.stride()}")
 
 
@@ -86,8 +90,9 @@ def require_number(
     """A real number (Python or numpy scalar, never a bool or NaN or inf),
     at least `minimum`, strictly above `above`, at most `maximum`; an int
     when `integer`. Returns it as a Python int or float."""
-    kind = numbers.Integral if integer else numbers.Real
-    if isinstance(value, bool) or not isinstance(value, kind):
+    if type(value) is (int if integer else float):  # the common case, without the ABC check
+        pass
+    elif isinstance(value, bool) or not isinstance(value, numbers.Integral if integer else numbers.Real):
         raise TypeError(f"{op}: {name} must be {'an integer' if integer else 'a number'}, got {value!r}")
     value = int(value) if integer else float(value)
     if not math.isfinite(value):
@@ -112,6 +117,8 @@ def as_rows(op: str, name: str, t: torch.Tensor, writable: bool = False) -> torc
     Leading dims are flattened. When they cannot be (an odd layout), a read-only
     input is copied; an input written in place raises instead.
     """
+    if t.dim() == 2 and (not writable or t.shape[0] <= 1 or t.stride(0) >= t.shape[1]):
+        return t  # already rows
     width = t.shape[-1]
     try:
         rows = t.view(-1, width)

@@ -1,12 +1,12 @@
 """Target detection, capability profiles, dispatch and config lookup."""
 
 from .capabilities import Capabilities, capabilities, launch_options, run_dtype
-from .config import ConfigError, clear_config_cache, get_config
+from .config import ConfigError, clear_config_cache, get_config, plan_cache
 from .dispatch import DispatchError, dispatch_report, record_dispatch, reset_dispatch_report, use_triton
 from .dtypes import FLOAT_DTYPES, INDEX_DTYPES, dtype_name
 from .env import EnvError, env_choice, env_flag, env_float, env_str
 from .log import logger
-from .target import Target, current_target, detect_target
+from .target import Target, current_target, detect_target, targeting
 
 __all__ = [
     "FLOAT_DTYPES",
@@ -29,8 +29,10 @@ __all__ = [
     "get_config",
     "launch_options",
     "logger",
+    "plan_cache",
     "record_dispatch",
     "reset_dispatch_report",
     "run_dtype",
+    "targeting",
     "use_triton",
 ]

@@ -25,6 +25,8 @@ KUNLUN_LAUNCH_KNOBS = frozenset(
     }
 )
 GENERIC_LAUNCH_KNOBS = frozenset({"num_warps", "num_stages"})
+# AMD's backend options (what SGLang passes its attention kernels on MI300).
+HIP_LAUNCH_KNOBS = GENERIC_LAUNCH_KNOBS | {"waves_per_eu", "matrix_instr_nonkdim", "kpack"}
 
 
 @dataclass(frozen=True)
@@ -48,7 +50,7 @@ _ALL_FLOATS = frozenset(FLOAT_DTYPES)
 
 _PROFILES = {
     "cuda": Capabilities(_ALL_FLOATS, True, True, True, True, True, True),
-    "hip": Capabilities(_ALL_FLOATS, True, True, True, True, True, True),
+    "hip": Capabilities(_ALL_FLOATS, True, True, True, True, True, True, launch_knobs=HIP_LAUNCH_KNOBS),
     # num_warps is ignored (a program maps to a cluster); atomics and the
     # dot->softmax->dot chain are known to break; events time to 0; bf16 is
     # incomplete on some ops.

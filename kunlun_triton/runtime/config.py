@@ -29,7 +29,7 @@ from pathlib import Path
 
 import yaml
 
-from .env import env_str
+from .env import env_str, raw_env
 from .target import Target, current_target
 
 SCALARS = (bool, int, float, str)
@@ -44,6 +44,7 @@ class ConfigError(ValueError):
         super().__init__(f"{path}: {key}: expected {expected}{got_part}")
 
 
+@functools.lru_cache(maxsize=1)
 def shipped_config_dir() -> Path:
     # Source checkouts and editable installs keep the configs at the repo top;
     # wheels carry them inside the package (see pyproject's package-dir).
@@ -54,12 +55,12 @@ def shipped_config_dir() -> Path:
 
 
 def config_dirs() -> list[Path]:
-    dirs = []
-    user_dir = env_str("KUNLUN_TRITON_CONFIG_DIR")
-    if user_dir:
-        dirs.append(Path(user_dir))
-    dirs.append(shipped_config_dir())
-    return dirs
+    return list(_config_dirs(env_str("KUNLUN_TRITON_CONFIG_DIR")))
+
+
+@functools.lru_cache(maxsize=8)
+def _config_dirs(user_dir: str | None) -> tuple[Path, ...]:
+    return ((Path(user_dir),) if user_dir else ()) + (shipped_config_dir(),)
 
 
 def config_file_names(target: Target) -> list[str]:
@@ -161,23 +162,36 @@ def _resolve_in_file(entry: dict, shape: dict, path, op) -> dict:
 
 
 _resolved: dict = {}
-
-
-_generation = [0]
+_plan_caches: list[dict] = []
 
 
 def clear_config_cache() -> None:
-    """Forget resolved configs (after writing a config file in this process)."""
+    """Forget resolved configs and the launch plans built from them (after
+    writing a config file in this process)."""
     _resolved.clear()
     _load_file.cache_clear()
-    _generation[0] += 1
+    for cache in _plan_caches:
+        cache.clear()
 
 
-def config_generation() -> int:
-    """Changes whenever `clear_config_cache` runs: a launcher may keep
-    `get_config` answers keyed by it (with the target and
-    KUNLUN_TRITON_CONFIG_DIR) and skip the lookup on its hot path."""
-    return _generation[0]
+def plan_cache(build):
+    """Memoise a launcher's `build(*args)` (hashable args: dtype, head dims,
+    ...) per target and ``KUNLUN_TRITON_CONFIG_DIR``: the config lookup and
+    every constexpr derived from it happen once per shape class, not per
+    call. `clear_config_cache` empties it; ``build.uncached`` builds afresh."""
+    cache: dict = {}
+    _plan_caches.append(cache)
+
+    @functools.wraps(build)
+    def cached(*args):
+        key = (current_target(), raw_env("KUNLUN_TRITON_CONFIG_DIR"), args)
+        plan = cache.get(key)
+        if plan is None:
+            plan = cache[key] = build(*args)
+        return plan
+
+    cached.uncached = build
+    return cached
 
 
 def get_config(op: str, target: Target | None = None, **shape) -> dict:
@@ -187,9 +201,7 @@ def get_config(op: str, target: Target | None = None, **shape) -> dict:
     memory: ops call this on every launch, so it must not touch the disk.
     """
     target = target or current_target()
-    # The user directory is all that varies in config_dirs(): keying by the
-    # variable keeps a hit free of path work (launchers call this per call).
-    key = (op, target, tuple(sorted(shape.items())), env_str("KUNLUN_TRITON_CONFIG_DIR"))
+    key = (op, target, tuple(sorted(shape.items())), _config_dirs(env_str("KUNLUN_TRITON_CONFIG_DIR")))
     if key not in _resolved:
         config: dict = {}
         for path, ops in reversed(load_config_files(target)):

@@ -15,7 +15,7 @@ from collections import defaultdict
 
 import torch
 
-from .env import env_choice
+from .env import env_choice, raw_env
 from .log import debug_enabled, logger
 from .target import current_target
 
@@ -26,8 +26,15 @@ class DispatchError(RuntimeError):
     """KUNLUN_TRITON_BACKEND=triton but the Triton path cannot run."""
 
 
+_parsed_backend: dict = {}
+
+
 def forced_backend() -> str:
-    return env_choice("KUNLUN_TRITON_BACKEND", BACKENDS, "auto")
+    raw = raw_env("KUNLUN_TRITON_BACKEND")
+    backend = _parsed_backend.get(raw)
+    if backend is None:  # parsed once per value: every op call asks
+        backend = _parsed_backend[raw] = env_choice("KUNLUN_TRITON_BACKEND", BACKENDS, "auto")
+    return backend
 
 
 _lock = threading.Lock()
@@ -35,28 +42,48 @@ _report: dict[str, dict] = {}
 _warned: set[str] = set()
 
 
+_ON_DEVICE = {"cuda": "is_cuda", "cpu": "is_cpu", "meta": "is_meta"}  # cheaper than building t.device
+
+
 def _why_not_triton(tensors) -> str | None:
     target = current_target()
     if not target.is_triton:
         return target.reason
+    on_device = _ON_DEVICE.get(target.device_type)
     for t in tensors:
-        if isinstance(t, torch.Tensor) and t.device.type != target.device_type:
+        if isinstance(t, torch.Tensor) and not (getattr(t, on_device) if on_device else t.device.type == target.device_type):
             return f"a tensor is on {t.device.type} but target {target.name} runs on {target.device_type}"
     return None
 
 
 def use_triton(op: str, *tensors) -> bool:
-    """Decide and record the implementation for one call of `op`."""
+    """Decide and record the implementation for one call of `op`.
+
+    Every op calls this once per call, so the common answer (the same as
+    last time) costs little: the env switch is parsed once per value, the
+    device test is one attribute per tensor, the tally one counter."""
     backend = forced_backend()
+    target = current_target()
+    on_device = _ON_DEVICE.get(target.device_type)
+    if backend != "torch" and target.is_triton and on_device:
+        entry = _report.get(op)
+        if (entry is not None and entry["target"] is target
+                and all(getattr(t, on_device) for t in tensors if isinstance(t, torch.Tensor))
+                and not debug_enabled()):  # fmt: skip
+            with _lock:
+                entry["calls"]["triton"] += 1
+            return True
     if backend == "torch":
         why = "KUNLUN_TRITON_BACKEND=torch"
     else:
         why = _why_not_triton(tensors)
         if why and backend == "triton":
             raise DispatchError(f"{op}: KUNLUN_TRITON_BACKEND=triton but {why}")
-    impl = "torch" if why else "triton"
-    _record(op, impl, why or f"target {current_target().name}")
-    return impl == "triton"
+    if why is None:
+        _record(op, "triton", f"target {target.name}", target)
+        return True
+    _record(op, "torch", why)
+    return False
 
 
 def record_dispatch(op: str, impl: str, reason: str) -> None:
@@ -66,10 +93,10 @@ def record_dispatch(op: str, impl: str, reason: str) -> None:
     _record(op, impl, reason)
 
 
-def _record(op: str, impl: str, reason: str) -> None:
+def _record(op: str, impl: str, reason: str, target=None) -> None:
     with _lock:
         entry = _report.setdefault(op, {"impl": impl, "reason": reason, "calls": defaultdict(int)})
-        entry["impl"], entry["reason"] = impl, reason
+        entry["impl"], entry["reason"], entry["target"] = impl, reason, target
         entry["calls"][impl] += 1
         first_fallback = impl == "torch" and op not in _warned
         if first_fallback:

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import logging
 
-from .env import env_flag
+from .env import cached_flag
 
 logger = logging.getLogger("kunlun_triton")
 
-
-def debug_enabled() -> bool:
-    return env_flag("KUNLUN_TRITON_DEBUG", False)
+debug_enabled = cached_flag("KUNLUN_TRITON_DEBUG", False)
 
 
 def _configure() -> None:

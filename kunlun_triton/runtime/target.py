@@ -13,6 +13,7 @@ Detection order (first match wins):
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 import shutil
@@ -30,6 +31,14 @@ class Target:
     arch: str  # "sm_90", "gfx942", "p800", "cpu", ... ("" when unknown)
     device_type: str  # torch device type the kernels' tensors live on
     reason: str  # one line a human can check
+
+    def __hash__(self) -> int:  # a launch plan's cache key holds the target: hash it once
+        try:
+            return self.__dict__["_hash"]
+        except KeyError:
+            value = hash((self.name, self.arch, self.device_type, self.reason))
+            object.__setattr__(self, "_hash", value)
+            return value
 
     @property
     def is_triton(self) -> bool:
@@ -106,5 +115,22 @@ def detect_target() -> Target:
     )
 
 
+_override: list[Target] = []
+
+
 def current_target() -> Target:
-    return detect_target()
+    return _override[-1] if _override else detect_target()
+
+
+@contextlib.contextmanager
+def targeting(target: Target):
+    """Within the block, `current_target()` is `target` (configs, capabilities
+    and dispatch follow it). For tools that plan another target's launches
+    on this machine (``kunlun-triton inspect``, lowering tests): a target
+    whose ``device_type`` is ``"meta"`` runs the launchers on meta tensors,
+    with the launches stubbed (`kunlun_triton.testing.launches`)."""
+    _override.append(target)
+    try:
+        yield target
+    finally:
+        _override.pop()

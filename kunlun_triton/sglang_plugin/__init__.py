@@ -121,6 +121,18 @@ def activate() -> str | None:
 
 
 def dev_mode() -> bool:
+    """True in CPU development mode, where the plugin runs the ops checked
+    (``check=True``, ``check_positions=True``). On a device it runs them
+    unchecked (a host sync per call saved), which is safe under SGLang's
+    invariants: the attention backend builds ``kv_indptr``/``qo_indptr`` as
+    cumulative sums of SGLang's lengths, ``kv_indices`` come from
+    ``req_to_token`` rows and ``out_cache_loc`` from the allocator (slots of
+    pages it handed out; padded tokens write slot 0), and positions stay
+    below the context length the scheduler enforces, which the rope cache
+    covers. A bug breaking them would read outside the KV pool or the cache
+    (wrong outputs, or a fault that ends the process) and, through
+    ``store_kv``, write into unrelated memory. See docs/design.md's table of
+    opt-outs."""
     return os.environ.get(DEV_MODE_ENV) == "1"
 
 

@@ -8,6 +8,13 @@ the prefix only, as SGLang's ``extend_attention_fwd``) plus the new tokens,
 which covers radix-cache hits and chunked prefill. KV writes go through
 ``ops.store_kv``.
 
+A decode step allocates its split-KV partials once (a `DecodeWorkspace`, made
+at the step's first attention layer and shared by every layer of the same
+shape: each layer's merge has read them before the next layer's first
+stage overwrites them, in stream order); per-request split counts are
+decided on the device from the lengths, so the decode path never waits on
+the host (run with checks off outside development mode).
+
 Not supported (a clear error, not a wrong answer): speculative decoding
 (target verify / draft extend), encoder and cross attention, quantized or
 non-NHD KV caches, CUDA graphs.
@@ -15,7 +22,7 @@ non-NHD KV caches, CUDA graphs.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
 import torch
@@ -33,6 +40,8 @@ class KunlunAttnMetadata:
     kv_indices: torch.Tensor  # int32: decode: whole sequence; extend: prefix only
     qo_indptr: Optional[torch.Tensor] = None  # int32 [bs + 1], extend only
     max_len_extend: int = 0
+    # decode: the step's split-KV scratch per (q heads, kv heads, head dim, v head dim)
+    workspaces: dict = field(default_factory=dict)
 
 
 def gather_kv_indices(req_to_token, req_pool_indices, lengths, total: int):
@@ -165,6 +174,10 @@ class KunlunTritonAttnBackend(AttentionBackend):
         if save_kv_cache and k is not None and v is not None:
             self._store(layer, forward_batch, k, v)
         meta = self.forward_metadata
+        dims = (heads, layer.tp_k_head_num, layer.qk_head_dim, layer.v_head_dim)
+        workspace = meta.workspaces.get(dims)
+        if workspace is None:  # the step's first layer of this shape
+            workspace = meta.workspaces[dims] = ops.decode_workspace(q.shape[0], *dims, q.device)
         ops.decode_attention(
             q.view(-1, heads, layer.qk_head_dim),
             self.token_to_kv_pool.get_key_buffer(layer.layer_id),
@@ -176,5 +189,6 @@ class KunlunTritonAttnBackend(AttentionBackend):
             logit_cap=cap,
             sliding_window=window,
             check=self.check,
+            workspace=workspace,
         )
         return o

@@ -45,21 +45,21 @@ IMPL = "kunlun_triton.comm"
 _ATTR = "_kunlun_triton_comm"
 
 
-def _timeout_s() -> float:
-    # SGLang's own gloo groups wait two hours; a collective of the model
-    # waits as long as the slowest rank's forward, so ten minutes by default.
-    from kunlun_triton.runtime import env_float
-
-    return env_float("KUNLUN_TRITON_COMM_TIMEOUT_S", 600.0)
-
-
 def communicator(coord):
-    """The TPCommunicator over `coord`'s device group, built on first use."""
+    """The TPCommunicator over `coord`'s device group, built on first use.
+
+    Its timeout is ``KUNLUN_TRITON_COMM_TIMEOUT_S`` (default 600 s: SGLang's
+    own gloo groups wait two hours, but a collective of the model waits only
+    as long as the slowest rank's forward), read and checked by
+    TPCommunicator: an invalid value is an error naming the variable. Checked
+    mode (``KUNLUN_TRITON_COMM_CHECKED``) follows the backend: on for gloo
+    (development mode on the CPU), off on a device, where SGLang's TP ranks
+    run the same forward on the same batch, so shapes always agree."""
     comm = coord.__dict__.get(_ATTR)
     if comm is None:
         from kunlun_triton.comm import TPCommunicator
 
-        comm = TPCommunicator(coord.device_group, name=coord.unique_name, timeout_s=_timeout_s())
+        comm = TPCommunicator(coord.device_group, name=coord.unique_name)
         setattr(coord, _ATTR, comm)
     return comm
 

@@ -67,6 +67,9 @@ def apply_dtype_policy(server_args) -> None:
 
 def apply_defaults(platform, server_args) -> None:
     from .install import ATTENTION_BACKEND, SAMPLING_BACKEND
+    from .moe import check_server_args
+
+    check_server_args(server_args)
 
     if _user_left_unset(server_args, "attention_backend", ("intel_amx", "torch_native")):
         server_args.attention_backend = ATTENTION_BACKEND

@@ -22,9 +22,18 @@ class's ``forward_native`` computes:
 from __future__ import annotations
 
 import logging
+import weakref
 
 logger = logging.getLogger("kunlun_triton.sglang_plugin")
 
+
+
+def _checks() -> bool:
+    """Input checks on the serving path only in development mode: SGLang's
+    layers hand these ops well-formed tensors (shapes fixed by the model)."""
+    from . import dev_mode
+
+    return dev_mode()
 
 
 def _rms_norm_forward(self, x, residual=None, post_residual_addition=None, quant_linear=None):
@@ -46,18 +55,19 @@ def _rms_norm_forward(self, x, residual=None, post_residual_addition=None, quant
     weight = self.weight.data if hasattr(self.weight, "data") else self.weight
     if weight.device != x.device:
         weight = weight.to(x.device)
+    check = _checks()
     if residual is None:
-        return ops.rms_norm(x, weight, self.variance_epsilon)
+        return ops.rms_norm(x, weight, self.variance_epsilon, check=check)
     if not residual.is_contiguous():
         residual = residual.contiguous()
-    out = ops.fused_add_rms_norm(x, residual, weight, self.variance_epsilon)
+    out = ops.fused_add_rms_norm(x, residual, weight, self.variance_epsilon, check=check)
     return out, residual
 
 
 def _silu_and_mul_forward(self, x):
     from kunlun_triton import ops
 
-    return ops.silu_and_mul(x)
+    return ops.silu_and_mul(x, check=_checks())
 
 
 def _gelu_and_mul_forward(self, x):
@@ -65,7 +75,27 @@ def _gelu_and_mul_forward(self, x):
 
     if self.approximate not in ("none", "tanh"):
         return self.forward_native(x)
-    return ops.gelu_and_mul(x, approximate=self.approximate)
+    return ops.gelu_and_mul(x, approximate=self.approximate, check=_checks())
+
+
+# layer -> (the cos_sin_cache it had, {(dtype, device): that cache cast and moved}):
+# the rotary forward runs per layer and step, the cast once per dtype and device
+# (a whole cache is 6 MB at 8k positions and 100 MB at 128k). A layer that
+# rebuilds its cache (dynamic NTK) gets a fresh entry.
+_cast_caches: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def rotary_cache_for(layer, dtype, device):
+    """`layer.cos_sin_cache` in `dtype` on `device`, converted once."""
+    source = layer.cos_sin_cache
+    held = _cast_caches.get(layer)
+    if held is None or held[0] is not source:
+        held = _cast_caches[layer] = (source, {})
+    key = (dtype, device)
+    cache = held[1].get(key)
+    if cache is None:
+        cache = held[1][key] = source.to(device=device, dtype=dtype)
+    return cache
 
 
 def _rotary_forward(self, positions, query, key, offsets=None, fused_set_kv_buffer_arg=None):
@@ -78,20 +108,15 @@ def _rotary_forward(self, positions, query, key, offsets=None, fused_set_kv_buff
         or hasattr(self, "sin_cos_cache")
         or key is None
         or positions.dim() != 1
+        or self.cos_sin_cache.shape[-1] != self.rotary_dim
     ):
         return self.forward_native(positions, query, key, offsets, fused_set_kv_buffer_arg)
     if offsets is not None:
         positions = positions + offsets
-    cache = self.cos_sin_cache
-    if cache.device != query.device:
-        cache = self.cos_sin_cache = cache.to(query.device)
-    if cache.dtype != query.dtype:
-        cache = cache.to(query.dtype)
-    if cache.shape[-1] != self.rotary_dim:
-        return self.forward_native(positions, query, key, None, None)
-    ops.rotary_embedding(
-        positions, query, key, self.head_size, cache, bool(self.is_neox_style), check_positions=dev_mode()
-    )
+    cache = rotary_cache_for(self, query.dtype, query.device)
+    check = dev_mode()
+    ops.rotary_embedding(positions, query, key, self.head_size, cache, bool(self.is_neox_style),
+                         check_positions=check, check=check)  # fmt: skip
     return query, key
 
 

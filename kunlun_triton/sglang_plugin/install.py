@@ -79,6 +79,12 @@ def _register_fused_forwards() -> None:
     register_fused_ops(DISPATCH_KEY)
 
 
+def _register_moe_forwards() -> None:
+    from .moe import register_moe_ops
+
+    register_moe_ops(DISPATCH_KEY)
+
+
 def _hook_request_seeds() -> None:
     from .sampler import fill_request_seeds
 
@@ -124,6 +130,13 @@ TOUCHPOINTS = (
     Touchpoint("fused ops", "fused-op forward", "BaseFusedOp.register_oot_forward (dispatch key kunlun)",
                f"RMSNorm, SiluAndMul, GeluAndMul, RotaryEmbedding(+subclasses) -> {FUSED_OPS}", "plugin",
                _register_fused_forwards),
+    Touchpoint("MoE layers", "fused-op forward",
+               "BaseFusedOp.register_oot_forward (dispatch key kunlun): moe.topk.TopK, "
+               "quantization.unquant.UnquantizedFusedMoEMethod",
+               "the router -> moe_topk, unquantized FusedMoE experts -> fused_experts (shared experts stay dense)",
+               "plugin", _register_moe_forwards),
+    Touchpoint("MoE support check", "platform hook", "SRTPlatform.apply_server_args_defaults / post_load_model",
+               "a clear error at start for expert parallelism, non-triton MoE runners and quantized MoE", "sglang"),
     Touchpoint("request seeds", "hook", f"{SEED_HOOK} (AFTER)",
                "a per-request sampling seed for the kunlun_triton sampler", "plugin", _hook_request_seeds),
     Touchpoint("dispatch report (server)", "hook", f"{INTERNAL_STATE_HOOK} (AFTER)",

@@ -168,6 +168,9 @@ class _KunlunSRTPlatformBase(SRTPlatform):
     def post_load_model(self, model) -> None:
         from kunlun_triton.runtime import current_target
 
+        from .moe import check_model
+
+        check_model(model)  # quantized or expert-parallel MoE cannot run here: say so now
         logger.info("kunlun-triton: model loaded; kernels run on target %s", current_target())
 
 

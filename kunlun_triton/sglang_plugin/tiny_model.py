@@ -1,4 +1,4 @@
-"""Tiny random Llama / Qwen2 checkpoints built locally, for tests and the main job.
+"""Tiny random Llama / Qwen2 / Qwen3-MoE / Mixtral checkpoints built locally, for tests and the main job.
 
 No hub access: the config is written by hand, the weights are random (seeded),
 and the tokenizer is a byte-level BPE trained with `tokenizers` on a small
@@ -15,7 +15,9 @@ import json
 import os
 from pathlib import Path
 
-ARCHS = ("llama", "qwen2")
+ARCHS = ("llama", "qwen2", "qwen3_moe", "mixtral")
+# The MoE models: 8 experts, 2 per token, expert width 48 (24 per rank at TP 2: not a power of two).
+MOE_EXPERTS, MOE_TOP_K, MOE_INTERMEDIATE = 8, 2, 48
 
 # A ChatML-style template: enough for /v1/chat/completions and multi-turn chats.
 CHAT_TEMPLATE = (
@@ -73,7 +75,7 @@ def train_tokenizer(out_dir: Path, vocab_size: int = 512):
 
 
 def _config(arch: str, vocab_size: int, tokenizer):
-    from transformers import LlamaConfig, Qwen2Config
+    from transformers import LlamaConfig, MixtralConfig, Qwen2Config, Qwen3MoeConfig
 
     common = dict(
         vocab_size=vocab_size,
@@ -93,6 +95,13 @@ def _config(arch: str, vocab_size: int, tokenizer):
     )
     if arch == "llama":
         return LlamaConfig(tie_word_embeddings=False, attention_bias=False, **common)
+    if arch == "qwen3_moe":  # softmax routing, renormalised top-k (norm_topk_prob), q/k norms
+        return Qwen3MoeConfig(tie_word_embeddings=False, num_experts=MOE_EXPERTS, num_experts_per_tok=MOE_TOP_K,
+                              moe_intermediate_size=MOE_INTERMEDIATE, norm_topk_prob=True, decoder_sparse_step=1,
+                              mlp_only_layers=[], head_dim=16, **common)  # fmt: skip
+    if arch == "mixtral":
+        return MixtralConfig(tie_word_embeddings=False, num_local_experts=MOE_EXPERTS, num_experts_per_tok=MOE_TOP_K,
+                             **{**common, "intermediate_size": MOE_INTERMEDIATE})  # fmt: skip
     return Qwen2Config(tie_word_embeddings=True, use_sliding_window=False, **common)
 
 

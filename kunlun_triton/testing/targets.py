@@ -23,3 +23,17 @@ SHIPPED_TARGETS = (
 def target_id(target: Target) -> str:
     """A pytest id: ``cuda-sm_90``."""
     return f"{target.name}-{target.arch}"
+
+# Targets whose launch plans are compiled ahead of time by the lowering tests.
+# No Kunlun compiler is reachable here: Kunlun's plans (tl.sum formulation,
+# LOAD_IGNORES_OTHER) are compiled for sm_90 as a proxy.
+LOWERING_TARGETS = (
+    Target("cuda", "sm_90", "cuda", "test"),
+    Target("hip", "gfx942", "cuda", "test"),
+    Target("kunlun", "p800", "cuda", "test"),
+)
+
+
+def aot_target(target: Target) -> str:
+    """The `AOT_TARGETS` name a target's plans compile for."""
+    return "hip" if target.name == "hip" else "cuda"

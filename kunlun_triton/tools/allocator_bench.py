@@ -214,12 +214,19 @@ def _sglang_allocator(spec: TraceSpec, device):
     return sglang_paged_allocator(spec.pool_tokens, spec.page_size, device)
 
 
+SWEPT_KEYS = ("steps", "page_size", "threads")  # what --shape may set for the allocator's trace
+
+
 def _trace_specs(quick: bool, sweep: dict) -> list[tuple[TraceSpec, int]]:
+    for key in SWEPT_KEYS:
+        bad = [v for v in sweep.get(key, ()) if isinstance(v, bool) or not isinstance(v, int) or v < 1]
+        if bad:
+            raise ValueError(f"--shape {key}={bad[0]!r}: the allocator trace's {key} takes whole numbers >= 1")
     steps = sweep.get("steps", [60 if quick else 300])
     # SGLang uses its paged allocator only for page_size > 1.
     page_sizes = sweep.get("page_size", [16] if quick else [16, 64])
     threads = sweep.get("threads", [1] if quick else sorted({1, _DEFAULT_THREADS}))
-    return [(TraceSpec(steps=int(s), page_size=int(p), pool_tokens=(64 if quick else 256) * 1024), int(t))
+    return [(TraceSpec(steps=s, page_size=p, pool_tokens=(64 if quick else 256) * 1024), t)
             for s in steps for p in page_sizes for t in threads]
 
 

@@ -14,7 +14,8 @@ import sys
 import traceback
 
 from . import allocator_bench
-from .checks import BenchCase, bench_cases, select_specs
+from .arguments import USAGE_ERROR, environment_problem, ignored_flags
+from .checks import BenchCase, bench_cases, select_specs, unused_keys_message, unused_shape_keys
 from .presets import MODEL_PRESETS, PRESET_FIELDS, peak_bandwidth_gbps, presets_for
 from .report import ProgressBar, text_table, write_outputs
 from .timing import time_call
@@ -43,7 +44,9 @@ def sglang_baselines() -> dict:
 def collect_cases(names, preset_name: str, args) -> list[BenchCase]:
     """The cases of `names` (family or op names; empty: all) for the preset,
     with ``args.shapes`` (from ``--shape``) applied: preset fields replace the
-    preset's, other keys replace the values a case's shape sweeps."""
+    preset's, other keys replace the values a case's shape sweeps. A key
+    that changes no selected case, or a value of the wrong kind, is a
+    ValueError."""
     from ..runtime import current_target
 
     names = list(names or [])
@@ -51,6 +54,11 @@ def collect_cases(names, preset_name: str, args) -> list[BenchCase]:
     shapes = getattr(args, "shapes", None) or {}
     sweep = {k: v for k, v in shapes.items() if k not in PRESET_FIELDS}
     quick = bool(getattr(args, "quick", False))
+    with_allocator = not names or "allocator" in names
+    unused = unused_shape_keys(specs, MODEL_PRESETS[preset_name], quick, shapes, lambda s: s.bench_shapes,
+                               allocator_bench.SWEPT_KEYS if with_allocator else ())
+    if unused:
+        raise ValueError(unused_keys_message(unused, quick))
     device = current_target().device_type
     baselines = sglang_baselines()
     cases, seen = [], set()
@@ -60,12 +68,8 @@ def collect_cases(names, preset_name: str, args) -> list[BenchCase]:
             if key not in seen:  # a case that reads no overridden preset field repeats per variant
                 seen.add(key)
                 cases.append(case)
-    if not names or "allocator" in names:
+    if with_allocator:
         cases += allocator_bench.bench_cases(quick, sweep, device)
-    used = {k for c in cases for k in c.params}
-    for key in sweep:
-        if key not in used:
-            print(f"warning: --shape {key}=... matches no param of the selected cases", file=sys.stderr)
     return cases
 
 
@@ -79,7 +83,7 @@ def _time_impl(fn, warmup, repeat) -> tuple[object, str | None]:
 def run_case(case: BenchCase, warmup: int, repeat: int, peak_gbps: float | None) -> list[dict]:
     rows = []
     try:
-        impls, bytes_moved, _ = case.build()
+        impls, bytes_moved, flops = case.build()
     except Exception as exc:  # one broken case must not end the run
         error = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
         return [{"family": case.family, "op": case.op, **case.params, "impl": "-", "time_us": None, "error": error}]
@@ -96,6 +100,8 @@ def run_case(case: BenchCase, warmup: int, repeat: int, peak_gbps: float | None)
                 peak_fraction=gbps / peak_gbps if gbps and peak_gbps else None,
                 clock=timing.clock,
             )
+            if flops:  # compute-bound ops (MoE prefill) say how close to the tensor-core peak
+                row["tflops"] = flops / timing.median_s / 1e12
         row["x_axis"] = case.x_axis
         rows.append(row)
     for other in dict.fromkeys((case.baseline, *COMPARED_WITH)):
@@ -169,23 +175,46 @@ def run_meta(args, peak) -> dict:
     }
 
 
+_RUN_FLAGS = {"--warmup": "warmup", "--repeat": "repeat", "--peak-gbps": "peak_gbps", "--output": "output",
+              "--metric": "metric"}
+
+
+def _usage_problem(args) -> str | None:
+    """Flags the chosen mode would ignore, or an environment the run cannot use."""
+    if getattr(args, "peak_table", False):
+        return ignored_flags(args, "--peak-table (it prints the table and runs nothing)",
+                             {"FAMILY/OP": "family", "--quick": "quick", "--shape": "shape", "--list": "list",
+                              **_RUN_FLAGS})  # fmt: skip
+    if getattr(args, "list", False):
+        problem = ignored_flags(args, "--list (it runs nothing)", _RUN_FLAGS)
+    else:
+        problem = None if getattr(args, "output", None) else ignored_flags(
+            args, "bench without --output (no plot)", {"--metric": "metric"})
+    return problem or environment_problem()
+
+
 def main_from_args(args) -> int:
-    """What ``kunlun-triton bench`` does with its parsed arguments."""
+    """What ``kunlun-triton bench`` does with its parsed arguments: exit
+    status 0 when every impl ran, 1 when one raised (the table says which),
+    2 for a bad command line or environment (one line, nothing run)."""
     from .presets import parse_shapes, peak_table
 
+    problem = _usage_problem(args)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return USAGE_ERROR
     if getattr(args, "peak_table", False):
         print(peak_table())
         return 0
+    args.warmup = 3 if getattr(args, "warmup", None) is None else args.warmup
+    args.repeat = 10 if getattr(args, "repeat", None) is None else args.repeat
+    args.metric = getattr(args, "metric", None) or "auto"
     try:
         args.shapes = parse_shapes(getattr(args, "shape", None))
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    try:
         cases = collect_cases(args.family, args.preset, args)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return USAGE_ERROR
     if getattr(args, "list", False):
         for case in cases:
             print(_case_label(case))
@@ -212,5 +241,6 @@ def main_from_args(args) -> int:
         print("wrote " + ", ".join(str(p) for p in written.values()), file=sys.stderr)
     failed = [r for r in rows if r.get("error")]
     if failed:
-        print(f"{len(failed)} impl(s) raised; see the error column", file=sys.stderr)
+        print(f"error: {len(failed)} of {len(rows)} impl(s) raised; see the error column", file=sys.stderr)
+        return 1
     return 0

@@ -8,7 +8,9 @@ records itself.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+import math
 from collections import namedtuple
 from dataclasses import dataclass, field
 from typing import Callable
@@ -20,6 +22,7 @@ from ..ops.spec import OpSpec, resolve_config
 from ..runtime import capabilities, run_dtype
 from ..runtime.dtypes import dtype_name
 from ..testing.tolerances import max_abs_error, tolerance
+from .presets import PRESET_FIELDS
 
 
 @dataclass
@@ -106,9 +109,31 @@ def doctor_checks(specs, device) -> list[OpCheck]:
     return checks
 
 
+def _check_sweep_values(shapes: list[dict], sweep: dict) -> None:
+    """Each ``--shape`` value must be what the shapes hold for that key: a
+    whole number for a count (>= 1, or >= 0 where a shape itself has 0, e.g.
+    ``prefix_len``), a finite number > 0 for a real; ValueError otherwise."""
+    for key, values in sweep.items():
+        held = [shape[key] for shape in shapes if key in shape]
+        if not held or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in held):
+            continue  # not a number here: passed as given
+        if all(isinstance(v, int) for v in held):
+            least = 0 if 0 in held else 1
+            bad = [v for v in values if isinstance(v, bool) or not isinstance(v, int) or v < least]
+            expected = f"whole numbers >= {least}"
+        else:
+            bad = [v for v in values if isinstance(v, bool) or not isinstance(v, (int, float))
+                   or not math.isfinite(v) or v <= 0]  # fmt: skip
+            expected = "finite numbers > 0"
+        if bad:
+            raise ValueError(f"--shape {key}={','.join(map(str, values))}: {key} takes {expected}, got {bad[0]!r}")
+
+
 def expand(shapes: list[dict], sweep: dict) -> list[dict]:
     """`shapes` with each key of `sweep` that a shape has replaced by each of
-    its values (``--shape batch=1,8``), duplicates dropped."""
+    its values (``--shape batch=1,8``), duplicates dropped. A value of the
+    wrong kind for the key is a ValueError (`_check_sweep_values`)."""
+    _check_sweep_values(shapes, sweep)
     out, seen = [], set()
     for shape in shapes:
         keys = [k for k in sweep if k in shape]
@@ -119,6 +144,36 @@ def expand(shapes: list[dict], sweep: dict) -> list[dict]:
                 seen.add(key)
                 out.append(new)
     return out
+
+
+def _bumped(value):
+    return value + 1 if isinstance(value, int) else value * 2 + 1
+
+
+def unused_shape_keys(specs, preset, quick: bool, shapes: dict, shapes_of, extra_keys=()) -> list[str]:
+    """The ``--shape`` keys that would change nothing for `specs`: a swept
+    key none of their shapes has, or a preset field none of them reads
+    (found by changing the field and comparing the shapes; under ``--quick``
+    the shapes are fixed and read no field). `shapes_of(spec)` is the
+    spec's ``(preset, quick) -> shapes``; `extra_keys` are used elsewhere."""
+    unused = []
+    for key in shapes:
+        if key in extra_keys:
+            continue
+        if key in PRESET_FIELDS:
+            other = dataclasses.replace(preset, **{key: _bumped(getattr(preset, key))})
+            if all(shapes_of(s)(other, quick) == shapes_of(s)(preset, quick) for s in specs):
+                unused.append(key)
+        elif not any(key in shape for s in specs for shape in shapes_of(s)(preset, quick)):
+            unused.append(key)
+    return unused
+
+
+def unused_keys_message(unused: list[str], quick: bool) -> str:
+    why = " (--quick runs fixed small shapes that read no model preset field)" if quick and any(
+        k in PRESET_FIELDS for k in unused) else ""
+    keys = ", ".join(f"{k}=..." for k in unused)
+    return f"--shape {keys} changes nothing for the selected ops{why}; drop it or pick ops whose shapes have it"
 
 
 def bench_cases(specs, preset, quick: bool, sweep: dict, device: str, baselines: dict) -> list[BenchCase]:

@@ -17,7 +17,15 @@ an fp16 copy of a Hugging Face checkpoint into a new directory::
   copied unchanged; pickled weights (``*.bin``, ``*.pt``) are not copied;
 - the source directory is never written to, an existing output is never
   overwritten, and the output appears only when complete (it is built in a
-  sibling temporary directory and renamed).
+  sibling temporary directory and renamed); a failed run leaves nothing;
+- everything is checked before the first tensor is converted: every shard
+  the index names must be a file inside ``--model-path`` (an absolute or
+  ``../`` entry is refused: the converted shard is written at the same
+  relative path under ``--output``), the index and config.json must be JSON
+  objects, and every shard's header must read. Each failure is one line
+  naming the file, exit status 1;
+- the output's files and directory get the permissions the user's umask
+  gives new files (source modes are not copied).
 
 Needs the ``safetensors`` package (``pip install kunlun-triton[tools]``).
 """
@@ -31,7 +39,7 @@ import shutil
 import sys
 import tempfile
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import torch
 
@@ -79,19 +87,95 @@ def _safetensors():
     return safe_open, save_file
 
 
-def _weight_files(src: Path) -> list[str]:
-    index = src / INDEX_NAME
-    if index.is_file():
-        weight_map = json.loads(index.read_text()).get("weight_map") or {}
-        files = sorted(set(weight_map.values()))
+@dataclass
+class Plan:
+    """What a conversion reads, all validated before anything is written."""
+
+    files: list  # shard paths relative to the source directory (posix)
+    names: dict  # shard -> tensor names in it
+    index: dict | None  # model.safetensors.index.json, when there is one
+    config: dict | None  # config.json, when there is one
+
+
+def _read_json(path: Path) -> dict:
+    """A JSON object from `path`, or a ConvertError naming the file."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ConvertError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
+    except UnicodeDecodeError:
+        raise ConvertError(f"{path}: not UTF-8 text") from None
+    except OSError as exc:
+        raise ConvertError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    if not isinstance(data, dict):
+        raise ConvertError(f"{path}: expected a JSON object, got {type(data).__name__}")
+    return data
+
+
+def _shard_entry(index_path: Path, tensor: str, entry) -> str:
+    """A weight_map value as a path relative to the source directory. The
+    check is on the text, not the resolved file: a Hugging Face cache
+    snapshot's shards are symlinks into ``../../blobs`` (read through, fine),
+    but an entry must never name a place outside the directory, since the
+    converted shard is written at the same relative path under --output."""
+    where = f"{index_path}: weight_map entry {tensor!r} -> {entry!r}"
+    if not isinstance(entry, str) or not entry.strip() or "\0" in entry:
+        raise ConvertError(f"{where}: expected a shard file name")
+    path = PurePosixPath(entry)
+    if path.is_absolute() or ".." in path.parts or not path.parts or path.parts == (".",):
+        raise ConvertError(f"{where}: a shard must be a file inside the checkpoint directory (no absolute or ../ path)")
+    return path.as_posix()
+
+
+def _weight_files(src: Path) -> tuple[list[str], dict | None]:
+    """The shard files (relative paths) and the parsed index, if any."""
+    index_path = src / INDEX_NAME
+    if index_path.is_file():
+        index = _read_json(index_path)
+        weight_map = index.get("weight_map")
+        if not isinstance(weight_map, dict) or not weight_map:
+            raise ConvertError(f"{index_path}: expected a non-empty \"weight_map\" object of tensor name -> shard file")
+        files = sorted({_shard_entry(index_path, name, entry) for name, entry in weight_map.items()})
         missing = [f for f in files if not (src / f).is_file()]
         if missing:
-            raise ConvertError(f"{index} lists shards that are not there: {', '.join(missing)}")
-        return files
-    files = sorted(p.name for p in src.glob("*.safetensors"))
+            raise ConvertError(f"{index_path} lists shards that are not there: {', '.join(missing)}")
+        return files, index
+    files = sorted(p.name for p in src.glob("*.safetensors") if p.is_file())
     if not files:
         raise ConvertError(f"no *.safetensors files (and no {INDEX_NAME}) in {src}")
-    return files
+    return files, None
+
+
+def _tensor_names(safe_open, src: Path, files: list[str], index: dict | None) -> dict:
+    """Each shard's tensor names, reading only the headers: a corrupt or
+    truncated shard fails here, before anything is written."""
+    names = {}
+    for f in files:
+        try:
+            with safe_open(src / f, framework="pt") as handle:
+                names[f] = list(handle.keys())
+        except Exception as exc:  # SafetensorError, OSError: the message says which
+            raise ConvertError(f"{src / f}: not a readable safetensors file ({_first_line(exc)})") from None
+    if index is not None:
+        for tensor, entry in index["weight_map"].items():
+            shard = PurePosixPath(entry).as_posix()
+            if tensor not in names[shard]:
+                raise ConvertError(
+                    f"{src / INDEX_NAME}: weight_map puts {tensor!r} in {shard}, which has no such tensor"
+                )
+    return names
+
+
+def _plan(safe_open, src: Path) -> Plan:
+    files, index = _weight_files(src)
+    config_path = src / "config.json"
+    config = _read_json(config_path) if config_path.exists() else None
+    return Plan(files, _tensor_names(safe_open, src, files, index), index, config)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
 
 
 def _check_paths(src: Path, out: Path) -> None:
@@ -102,6 +186,28 @@ def _check_paths(src: Path, out: Path) -> None:
         raise ConvertError(f"--output {out} is inside the source checkpoint {src}; pick a new directory")
     if out.exists() or out.is_symlink():
         raise ConvertError(f"--output {out} already exists; refusing to overwrite it")
+    for parent in out.absolute().parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise ConvertError(f"--output {out}: {parent} is not a directory")
+            break
+
+
+def _make_parents(directory: Path) -> list[Path]:
+    """mkdir -p, returning the directories it created (outermost first)."""
+    missing = []
+    while not directory.exists():
+        missing.append(directory)
+        directory = directory.parent
+    for d in reversed(missing):
+        d.mkdir()
+    return list(reversed(missing))
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def cast_tensor(name: str, t: torch.Tensor, dtype: torch.dtype, on_overflow: str, report: ConvertReport):
@@ -135,7 +241,13 @@ def _update_config(config: dict, dtype_name: str) -> dict:
 
 
 def convert(model_path, output, dtype="fp16", on_overflow="clamp", progress=True) -> ConvertReport:
-    """Convert the checkpoint at `model_path` into the new directory `output`."""
+    """Convert the checkpoint at `model_path` into the new directory `output`.
+
+    Everything is read and validated first (paths, index and config JSON,
+    every shard's header); the output is built in a temporary sibling
+    directory and renamed at the end, so a run that fails for any reason
+    leaves no output (and no parent directories it created). Files get the
+    permissions a new file gets under the user's umask."""
     if dtype not in DTYPES:
         raise ConvertError(f"--dtype {dtype!r}: expected one of {', '.join(DTYPES)}")
     if on_overflow not in ("clamp", "refuse"):
@@ -144,67 +256,88 @@ def convert(model_path, output, dtype="fp16", on_overflow="clamp", progress=True
     src, out = Path(model_path), Path(output)
     _check_paths(src, out)
     safe_open, save_file = _safetensors()
-    files = _weight_files(src)
+    plan = _plan(safe_open, src)
     report = ConvertReport()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
+    created, work = [], None
     try:
-        total = 0
-        names_per_file = {}
-        for f in files:
-            with safe_open(src / f, framework="pt") as handle:
-                names_per_file[f] = list(handle.keys())
-            total += len(names_per_file[f])
-        bar = ProgressBar(total) if progress else None
-        done, sizes = 0, 0
-        for f in files:
-            tensors = {}
+        created = _make_parents(out.parent)
+        work = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
+        sizes = _convert_shards(safe_open, save_file, src, work, plan, target, dtype, on_overflow, report, progress)
+        _copy_the_rest(src, work, plan, target, sizes, report)
+        os.chmod(work, 0o777 & ~_umask())  # mkdtemp makes it 0700
+        if out.exists() or out.is_symlink():
+            raise ConvertError(f"--output {out} appeared while converting; refusing to overwrite it")
+        os.rename(work, out)  # the output appears only when complete
+    except BaseException as exc:
+        if work is not None:
+            shutil.rmtree(work, ignore_errors=True)
+        for d in reversed(created):
+            try:
+                d.rmdir()
+            except OSError:
+                break
+        if isinstance(exc, OSError):  # a write that failed: disk full, permissions
+            where = exc.filename or out
+            raise ConvertError(f"{where}: {exc.strerror or _first_line(exc)}; nothing written") from None
+        raise
+    return report
+
+
+def _convert_shards(safe_open, save_file, src, work, plan, target, dtype, on_overflow, report, progress) -> int:
+    """Cast and write every shard into `work`; returns the bytes written."""
+    bar = ProgressBar(sum(len(v) for v in plan.names.values())) if progress else None
+    done, sizes = 0, 0
+    for f in plan.files:
+        tensors = {}
+        try:
             with safe_open(src / f, framework="pt") as handle:
                 metadata = handle.metadata() or {}
-                for name in names_per_file[f]:
+                for name in plan.names[f]:
                     if bar:
                         bar.update(done, f"{f}: {name}")
                     tensors[name] = cast_tensor(name, handle.get_tensor(name), target, on_overflow, report)
                     sizes += tensors[name].numel() * tensors[name].element_size()
                     done += 1
-            if on_overflow == "refuse" and report.overflows:
-                continue  # nothing will be written; keep reading to report every overflow
-            save_file(tensors, str(work / f), metadata={**metadata, "format": metadata.get("format", "pt")})
-            del tensors
-        if bar:
-            bar.update(done, "done")
-            bar.close()
+        except (ConvertError, OSError):
+            raise
+        except Exception as exc:  # a tensor whose bytes do not decode
+            raise ConvertError(f"{src / f}: not a readable safetensors file ({_first_line(exc)})") from None
         if on_overflow == "refuse" and report.overflows:
-            worst = ", ".join(f"{o.name} (max |x| {o.max_abs:.4g}, {o.count} values)" for o in report.overflows[:5])
-            raise ConvertError(
-                f"{len(report.overflows)} tensor(s) overflow {dtype} and --on-overflow refuse is set: {worst}; "
-                "nothing written"
-            )
-        _copy_the_rest(src, work, files, target, sizes, report)
-        os.rename(work, out)  # the output appears only when complete
-    except BaseException:
-        shutil.rmtree(work, ignore_errors=True)
-        raise
-    return report
+            continue  # nothing will be written; keep reading to report every overflow
+        (work / f).parent.mkdir(parents=True, exist_ok=True)
+        save_file(tensors, str(work / f), metadata={**metadata, "format": metadata.get("format", "pt")})
+        os.chmod(work / f, 0o666 & ~_umask())  # safetensors writes 0600
+        del tensors
+    if bar:
+        bar.update(done, "done")
+        bar.close()
+    if on_overflow == "refuse" and report.overflows:
+        worst = ", ".join(f"{o.name} (max |x| {o.max_abs:.4g}, {o.count} values)" for o in report.overflows[:5])
+        raise ConvertError(
+            f"{len(report.overflows)} tensor(s) overflow {dtype} and --on-overflow refuse is set: {worst}; "
+            "nothing written"
+        )
+    return sizes
 
 
-def _copy_the_rest(src: Path, work: Path, files, target, total_size: int, report: ConvertReport) -> None:
+def _copy_the_rest(src: Path, work: Path, plan: Plan, target, total_size: int, report: ConvertReport) -> None:
     for path in sorted(src.iterdir()):
-        if path.name in files:
+        if path.name in plan.files:
             continue
         if path.is_dir() or path.name.endswith(SKIPPED_SUFFIXES) or path.suffix == ".safetensors":
             report.skipped.append(path.name)
-        elif path.name == "config.json":
-            config = _update_config(json.loads(path.read_text()), CONFIG_NAMES[target])
+        elif path.name == "config.json" and plan.config is not None:
+            config = _update_config(plan.config, CONFIG_NAMES[target])
             (work / path.name).write_text(json.dumps(config, indent=2) + "\n")
             report.copied.append(path.name)
-        elif path.name == INDEX_NAME:
-            index = json.loads(path.read_text())
+        elif path.name == INDEX_NAME and plan.index is not None:
+            index = dict(plan.index)
             index["metadata"] = {**(index.get("metadata") or {}), "total_size": total_size}
             (work / path.name).write_text(json.dumps(index, indent=2) + "\n")
             report.copied.append(path.name)
         else:
-            shutil.copy2(path, work / path.name)
+            # contents only (not copy2): the new file's mode follows the umask
+            shutil.copyfile(path, work / path.name)
             report.copied.append(path.name)
 
 
@@ -226,6 +359,9 @@ def main(argv=None) -> int:
     except ConvertError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print("\ninterrupted; nothing written", file=sys.stderr)
+        return 130
     print(f"converted {report.converted} floating-point tensors to {args.dtype}; kept {len(report.kept)} as they were")
     for name, dtype in report.kept[:10]:
         print(f"  kept {name} ({dtype})")

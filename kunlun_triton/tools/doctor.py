@@ -82,8 +82,14 @@ def doctor(names=None, repeat: int = 3, verbose: bool = False) -> int:
                 print(r["traceback"])
     bad = [r["op"] for r in rows if not r["ok"]]
     fallbacks = sorted({r["op"] for r in rows if r["impl"] == "torch"})
+    raised = sorted({r["op"] for r in rows if r["impl"] == "error"})
     print(f"\n{len(rows) - len(bad)}/{len(rows)} op checks ok", end="")
-    print(f"; torch fallback: {', '.join(fallbacks)}" if fallbacks else "; all on the Triton path")
+    if fallbacks:
+        print(f"; torch fallback: {', '.join(fallbacks)}")
+    elif raised:
+        print(f"; raised before a result: {', '.join(raised)}")  # not "all on the Triton path"
+    else:
+        print("; all on the Triton path")
     if bad:
         print(f"WRONG: {', '.join(bad)}")
     return 1 if bad or not rows else 0

@@ -30,6 +30,10 @@ class ModelPreset:
     vocab_size: int
     num_layers: int
     rope_theta: float
+    # mixture of experts (0: a dense model): routed experts, experts per token, expert MLP width
+    num_experts: int = 0
+    num_experts_per_tok: int = 0
+    moe_intermediate_size: int = 0
 
 
 MODEL_PRESETS = {
@@ -38,6 +42,8 @@ MODEL_PRESETS = {
         ModelPreset("llama-3-8b", 4096, 14336, 32, 8, 128, 128256, 32, 500000.0),
         ModelPreset("qwen2.5-7b", 3584, 18944, 28, 4, 128, 152064, 28, 1000000.0),
         ModelPreset("qwen2.5-14b", 5120, 13824, 40, 8, 128, 152064, 48, 1000000.0),
+        ModelPreset("qwen3-30b-a3b", 2048, 6144, 32, 4, 128, 151936, 48, 1000000.0, 128, 8, 768),
+        ModelPreset("mixtral-8x7b", 4096, 14336, 32, 8, 128, 32000, 32, 1000000.0, 8, 2, 14336),
     )
 }
 DEFAULT_PRESET = "llama-3-8b"
@@ -105,6 +111,13 @@ def presets_for(preset: ModelPreset | str, shapes: dict | None) -> list[ModelPre
     fields = {k: v for k, v in (shapes or {}).items() if k in PRESET_FIELDS}
     if not fields:
         return [preset]
+    for key, values in fields.items():
+        whole = isinstance(getattr(preset, key), int)
+        for v in values:
+            number = isinstance(v, (int, float)) and not isinstance(v, bool)
+            if not number or (whole and not isinstance(v, int)) or not (0 < v < float("inf")):
+                raise ValueError(f"--shape {key}={v!r}: {key} takes " + ("whole numbers >= 1" if whole else
+                                 "finite numbers > 0"))
     keys = list(fields)
     return [
         dataclasses.replace(preset, **dict(zip(keys, combo)))

@@ -78,7 +78,8 @@ def _metric(rows: list[dict], metric: str) -> tuple[str, str]:
 
 
 # Row keys that are results, not params of the case.
-_RESULT_KEYS = {"family", "op", "impl", "time_us", "gbps", "peak_fraction", "clock", "x_axis", "error", "error_detail"}
+_RESULT_KEYS = {"family", "op", "impl", "time_us", "gbps", "peak_fraction", "clock", "x_axis", "error", "error_detail",
+                "tflops"}
 
 
 def plot_series(rows: list[dict], metric: str = "auto") -> dict:

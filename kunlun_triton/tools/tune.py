@@ -33,7 +33,8 @@ from pathlib import Path
 import yaml
 
 from ..runtime import clear_config_cache
-from .checks import TuneTask, tune_tasks
+from .arguments import USAGE_ERROR, environment_problem, ignored_flags, non_negative_int, positive_int
+from .checks import TuneTask, tune_tasks, unused_keys_message, unused_shape_keys
 from .presets import DEFAULT_PRESET, MODEL_PRESETS, PRESET_FIELDS, parse_shapes, presets_for
 from .report import ProgressBar
 from .timing import time_call
@@ -56,6 +57,10 @@ def collect_tasks(names, preset_name: str, args) -> list[TuneTask]:
     shapes = getattr(args, "shapes", None) or {}
     sweep = {k: v for k, v in shapes.items() if k not in PRESET_FIELDS}
     quick = bool(getattr(args, "quick", False))
+    unused = unused_shape_keys(chosen, MODEL_PRESETS[preset_name], quick, shapes,
+                               lambda s: s.tune_shapes or s.bench_shapes)
+    if unused:
+        raise ValueError(unused_keys_message(unused, quick))
     tasks, seen = [], set()
     for preset in presets_for(MODEL_PRESETS[preset_name], shapes):
         for task in tune_tasks(chosen, preset, quick, sweep, current_target().device_type):
@@ -182,13 +187,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output-dir", metavar="DIR", help="default: the shipped autotune_configs/")
     p.add_argument("--force", action="store_true", help="merge into an existing file")
     p.add_argument("--dry-run", action="store_true", help="print the YAML instead of writing it")
-    p.add_argument("--warmup", type=int, help="untimed runs per config (default 2; --quick: 1)")
-    p.add_argument("--repeat", type=int, help="timed runs per config, median kept (default 7; --quick: 3)")
+    p.add_argument("--warmup", type=non_negative_int, help="untimed runs per config (default 2; --quick: 1)")
+    p.add_argument("--repeat", type=positive_int, help="timed runs per config, median kept (default 7; --quick: 3)")
     return p
 
 
 def tune(args) -> dict:
-    """Run the search for parsed `args`; returns ``{path, document, results}``."""
+    """Run the search for parsed `args`; returns ``{path, document, results, failed}``."""
     from ..runtime import current_target
     from ..runtime.config import shipped_config_dir
     from .presets import device_name
@@ -226,22 +231,35 @@ def _first_error(results) -> str:
 
 
 def main(argv=None) -> int:
+    """Exit status 0 when every op got a tuned config, 1 when one did not
+    (the others are still written) or nothing ran, 2 for a bad command line
+    or environment (one line, nothing run)."""
     args = build_parser().parse_args(argv)
+    problem = args.dry_run and ignored_flags(args, "--dry-run (it writes nothing)", {"--force": "force"})
+    problem = problem or environment_problem()
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return USAGE_ERROR
     try:
         args.shapes = parse_shapes(args.shape)
         out = tune(args)
-    except (TuneError, ValueError) as exc:
+    except TuneError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    except ValueError as exc:  # --shape keys or values, a malformed config file in the way
+        print(f"error: {exc}", file=sys.stderr)
+        return USAGE_ERROR
     for r in out["results"]:
         winner = r["winner"] if r["winner"] is not None else "(every candidate failed)"
         t = f"{r['time_us']:.1f} us" if r["time_us"] is not None else "-"
         print(f"{r['op']:<24} {r['shape']}  ->  {winner}  {t}")
-    if out["failed"]:
-        print(f"warning: nothing written for {', '.join(out['failed'])}: {_first_error(out['results'])}", file=sys.stderr)
     if args.dry_run:
         print(yaml.safe_dump(out["document"], sort_keys=False, default_flow_style=None, width=100))
-        return 0
-    write_document(out["path"], out["document"])
-    print(f"wrote {out['path']}")
+    else:
+        write_document(out["path"], out["document"])
+        print(f"wrote {out['path']}")
+    if out["failed"]:
+        print(f"error: every candidate failed for {', '.join(out['failed'])}, nothing written for "
+              f"{'it' if len(out['failed']) == 1 else 'them'}: {_first_error(out['results'])}", file=sys.stderr)
+        return 1
     return 0

@@ -4,6 +4,7 @@ compute the single-process answer itself and compare."""
 
 from __future__ import annotations
 
+import math
 import os
 import time
 
@@ -12,6 +13,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from kunlun_triton.comm import CollectiveTimeout, init_tp_group
+from kunlun_triton.runtime import FLOAT_DTYPES
 from kunlun_triton.testing import assert_close
 
 
@@ -22,7 +24,7 @@ def _inputs(world, shape, dtype, seed=0):
 def collectives(rank, world, port):
     torch.set_num_threads(1)
     comm = init_tp_group(rank, world, f"tcp://127.0.0.1:{port}", backend="gloo", timeout_s=60)
-    for dtype in (torch.float32, torch.float16, torch.bfloat16):
+    for dtype in FLOAT_DTYPES:
         xs = _inputs(world, (3, 40), dtype)
         expected = torch.stack([x.float() for x in xs]).sum(0).to(dtype)
         assert_close(comm.all_reduce(xs[rank].clone()), expected, dtype=dtype)
@@ -89,14 +91,19 @@ def missing_peer(rank, world, port, timeout_s):
     """Rank 0 calls all_reduce; rank 1 never does. Rank 0 must get a
     CollectiveTimeout naming the collective and the group."""
     torch.set_num_threads(1)
-    comm = init_tp_group(rank, world, f"tcp://127.0.0.1:{port}", backend="gloo", timeout_s=timeout_s, name="tp-test")
+    # unchecked: no shape exchange, the all_reduce itself waits for the peer
+    comm = init_tp_group(rank, world, f"tcp://127.0.0.1:{port}", backend="gloo", timeout_s=timeout_s, name="tp-test",
+                         checked=False)
     if rank == 0:
         start = time.monotonic()
+        x = torch.ones(4)
         try:
-            comm.all_reduce(torch.ones(4))
+            comm.all_reduce(x)
         except CollectiveTimeout as exc:
             text = str(exc)
             assert "all_reduce" in text and "'tp-test'" in text and "rank 0 of 2" in text, text
+            assert "input tensor is unchanged" in text and "unusable" in text, text
+            assert torch.equal(x, torch.ones(4))  # never half-reduced where the caller sees it
             assert time.monotonic() - start < timeout_s + 30
         else:
             raise AssertionError("all_reduce with a missing peer returned")
@@ -107,3 +114,32 @@ def missing_peer(rank, world, port, timeout_s):
     else:
         time.sleep(timeout_s + 3)
         os._exit(0)  # rank 0 is gone; skip a teardown that would talk to it
+
+
+def serve(rank, world, port, inbox, outbox):
+    """A rank that runs the calls it is sent (one per message) on a checked
+    gloo communicator and reports each outcome, until it gets None. The
+    group lives across calls: a refused call must leave it usable."""
+    torch.set_num_threads(1)
+    comm = init_tp_group(rank, world, f"tcp://127.0.0.1:{port}", backend="gloo", timeout_s=30, checked=True)
+    outbox.put((-1, rank, "ready", None))
+    while True:
+        call = inbox.get()
+        if call is None:
+            break
+        seq, (collective, shape, dtype, arg) = call
+        x = torch.arange(math.prod(shape), dtype=torch.float32).reshape(shape).add(100 * rank).to(dtype)
+        before = x.clone()
+        try:
+            if collective == "all_reduce":
+                out = comm.all_reduce(x, op=arg)
+            elif collective == "all_gather":
+                out = comm.all_gather(x, dim=arg)
+            elif collective == "reduce_scatter":
+                out = comm.reduce_scatter(x, dim=arg)
+            else:
+                out = comm.broadcast(x, src=arg)
+            outbox.put((seq, rank, "ok", out.float().tolist()))
+        except Exception as exc:  # reported to the test, which decides
+            outbox.put((seq, rank, type(exc).__name__, (str(exc), bool(torch.equal(x, before)))))
+    dist.destroy_process_group()

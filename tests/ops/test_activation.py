@@ -13,7 +13,8 @@ from strategies import DEVICE
 import kunlun_triton
 from kunlun_triton.ops import gelu_and_mul, silu_and_mul
 from kunlun_triton.runtime import FLOAT_DTYPES, get_config
-from kunlun_triton.testing import SHIPPED_TARGETS, KernelSpec, assert_close, assert_lowers, target_id
+from kunlun_triton.ops.spec import planned_kernels
+from kunlun_triton.testing import LOWERING_TARGETS, SHIPPED_TARGETS, aot_target, assert_close, assert_lowers, target_id
 
 
 def oracle(x, activation):
@@ -105,17 +106,15 @@ def test_bad_inputs_name_the_argument(name, error, call):
 
 
 def test_kernels_lower_for_cuda_and_hip():
-    specs = [
-        KernelSpec(
-            "kunlun_triton.ops.activation.kernels:act_and_mul_kernel",
-            {"x_ptr": f"*{dtype}", "out_ptr": f"*{dtype}", "n_rows": "i32", "x_row_stride": "i32",
-             "out_row_stride": "i32", "D": "constexpr", "BLOCK_COLS": "constexpr",
-             "ROWS_PER_PROGRAM": "constexpr", "ACTIVATION": "constexpr"},
-            {"D": 14336, "BLOCK_COLS": 1024, "ROWS_PER_PROGRAM": 2, "ACTIVATION": activation},
-        )
-        for dtype in ("fp16", "bf16")
-        for activation in (0, 1, 2)
-    ]  # fmt: skip
+    """As the launchers plan them for each target (`OpSpec.kernels`)."""
+    specs = []
+    for target in LOWERING_TARGETS:
+        for dtype in (torch.float16, torch.bfloat16):
+            planned = planned_kernels("silu_and_mul", {"rows": 4, "d": 14336}, dtype, target)
+            for approximate in ("none", "tanh"):
+                shape = {"rows": 300, "d": 96, "strided": True, "approximate": approximate}
+                planned += planned_kernels("gelu_and_mul", shape, dtype, target)
+            specs += [(k, aot_target(target)) for k in planned]
     assert_lowers(specs)
 
 

@@ -15,7 +15,8 @@ from strategies import DEVICE
 import kunlun_triton
 from kunlun_triton.ops import fused_add_rms_norm, rms_norm
 from kunlun_triton.runtime import FLOAT_DTYPES, get_config
-from kunlun_triton.testing import SHIPPED_TARGETS, KernelSpec, assert_close, assert_lowers, target_id
+from kunlun_triton.ops.spec import planned_kernels
+from kunlun_triton.testing import LOWERING_TARGETS, SHIPPED_TARGETS, aot_target, assert_close, assert_lowers, target_id
 
 
 def oracle_rms_norm(x, weight, eps):
@@ -166,34 +167,16 @@ def test_bad_input_leaves_residual_untouched():
     assert torch.equal(residual, before)
 
 
-def _norm_specs():
-    specs = []
-    for dtype in ("fp16", "bf16"):
-        common = {"N_COLS": 5120, "BLOCK_COLS": 8192, "ROWS_PER_PROGRAM": 2}
-        specs.append(
-            KernelSpec(
-                "kunlun_triton.ops.norm.kernels:rms_norm_kernel",
-                {"x_ptr": f"*{dtype}", "weight_ptr": f"*{dtype}", "out_ptr": f"*{dtype}", "n_rows": "i32",
-                 "x_row_stride": "i32", "out_row_stride": "i32", "eps": "fp32",
-                 "N_COLS": "constexpr", "BLOCK_COLS": "constexpr", "ROWS_PER_PROGRAM": "constexpr"},
-                common,
-            )
-        )  # fmt: skip
-        specs.append(
-            KernelSpec(
-                "kunlun_triton.ops.norm.kernels:fused_add_rms_norm_kernel",
-                {"x_ptr": f"*{dtype}", "residual_ptr": f"*{dtype}", "weight_ptr": f"*{dtype}",
-                 "out_ptr": f"*{dtype}", "n_rows": "i32", "x_row_stride": "i32", "residual_row_stride": "i32",
-                 "out_row_stride": "i32", "eps": "fp32",
-                 "N_COLS": "constexpr", "BLOCK_COLS": "constexpr", "ROWS_PER_PROGRAM": "constexpr"},
-                {"N_COLS": 96, "BLOCK_COLS": 128, "ROWS_PER_PROGRAM": 8},
-            )
-        )  # fmt: skip
-    return specs
-
-
 def test_norm_kernels_lower_for_cuda_and_hip():
-    assert_lowers(_norm_specs())
+    """As the launchers plan them for each target (`OpSpec.kernels`): a wide
+    strided row in fp16 and bf16, narrow rows several per program."""
+    specs = []
+    for target in LOWERING_TARGETS:
+        for dtype in (torch.float16, torch.bfloat16):
+            specs += [(k, aot_target(target)) for k in
+                      planned_kernels("rms_norm", {"rows": 9, "hidden_size": 5120, "strided": True}, dtype, target)
+                      + planned_kernels("fused_add_rms_norm", {"rows": 70, "hidden_size": 96}, dtype, target)]  # fmt: skip
+    assert_lowers(specs)
 
 
 @pytest.mark.parametrize("target", SHIPPED_TARGETS, ids=target_id)

@@ -16,7 +16,8 @@ from strategies import DEVICE
 import kunlun_triton
 from kunlun_triton.ops import rotary_embedding
 from kunlun_triton.runtime import FLOAT_DTYPES, get_config
-from kunlun_triton.testing import SHIPPED_TARGETS, KernelSpec, assert_close, assert_lowers, target_id
+from kunlun_triton.ops.spec import planned_kernels
+from kunlun_triton.testing import LOWERING_TARGETS, SHIPPED_TARGETS, aot_target, assert_close, assert_lowers, target_id
 
 MAX_POSITION = 64
 
@@ -189,26 +190,15 @@ def test_bad_inputs_name_the_argument(name, error, call):
 
 
 def test_kernel_lowers_for_cuda_and_hip():
-    specs = [
-        KernelSpec(
-            "kunlun_triton.ops.rope.kernels:rotary_embedding_kernel",
-            {"positions_ptr": positions, "query_ptr": f"*{dtype}", "key_ptr": f"*{dtype}",
-             "cos_sin_ptr": f"*{cache}", "n_tokens": "i32", "query_token_stride": "i32",
-             "query_head_stride": "i32", "key_token_stride": "i32", "key_head_stride": "i32",
-             "cos_sin_row_stride": "i32", "NUM_Q_HEADS": "constexpr", "NUM_K_HEADS": "constexpr",
-             "ROT_HALF": "constexpr", "BLOCK_HALF": "constexpr", "IS_NEOX": "constexpr",
-             "TOKENS_PER_PROGRAM": "constexpr", "HEADS_PER_PROGRAM": "constexpr"},
-            {"NUM_Q_HEADS": 32, "NUM_K_HEADS": 8, "ROT_HALF": rot_half, "BLOCK_HALF": block_half,
-             "IS_NEOX": is_neox, "TOKENS_PER_PROGRAM": 4, "HEADS_PER_PROGRAM": heads},
-        )
-        for dtype, cache, positions, rot_half, block_half, is_neox, heads in (
-            ("fp16", "fp16", "*i64", 64, 64, True, 40),
-            ("bf16", "fp32", "*i32", 48, 64, False, 8),
-            ("bf16", "bf16", "*i64", 64, 64, False, 40),
-            ("fp16", "fp32", "*i32", 16, 16, True, 3),
-        )
-    ]  # fmt: skip
-    assert_lowers(specs)
+    """As the launcher plans it for each target (`OpSpec.kernels`): decode and
+    prefill token counts, partial rotary dims, both layouts."""
+    shapes = (
+        ({"tokens": 1, "q_heads": 32, "kv_heads": 8, "head_dim": 128, "neox": True}, torch.float16),
+        ({"tokens": 300, "q_heads": 4, "kv_heads": 2, "head_dim": 96, "rotary_dim": 64, "neox": False}, torch.bfloat16),
+        ({"tokens": 7, "q_heads": 3, "kv_heads": 1, "head_dim": 32, "rotary_dim": 16, "neox": True}, torch.float16),
+    )
+    assert_lowers([(k, aot_target(target)) for target in LOWERING_TARGETS for shape, dtype in shapes
+                   for k in planned_kernels("rotary_embedding", shape, dtype, target)])  # fmt: skip
 
 
 @pytest.mark.parametrize("target", SHIPPED_TARGETS, ids=target_id)

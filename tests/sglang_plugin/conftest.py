@@ -47,6 +47,16 @@ def tiny_qwen2(model_root):
     return _build(model_root, "qwen2")
 
 
+@pytest.fixture(scope="session")
+def tiny_qwen3_moe(model_root):
+    return _build(model_root, "qwen3_moe")
+
+
+@pytest.fixture(scope="session")
+def tiny_mixtral(model_root):
+    return _build(model_root, "mixtral")
+
+
 class HFOracle:
     """Greedy decoding with HF transformers, fp32, no EOS stop."""
 
@@ -86,3 +96,13 @@ def hf_llama(tiny_llama):
 @pytest.fixture(scope="session")
 def hf_qwen2(tiny_qwen2):
     return HFOracle(tiny_qwen2)
+
+
+@pytest.fixture(scope="session")
+def hf_qwen3_moe(tiny_qwen3_moe):
+    return HFOracle(tiny_qwen3_moe)
+
+
+@pytest.fixture(scope="session")
+def hf_mixtral(tiny_mixtral):
+    return HFOracle(tiny_mixtral)

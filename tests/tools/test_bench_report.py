@@ -87,7 +87,7 @@ def test_cli_writes_json_csv_and_png(fake, tmp_path, capsys):
     out = tmp_path / "results"
     rc = cli_main(["bench", "fake", "--quick", "--warmup", "0", "--repeat", "2", "--shape", "batch=2,8,32",
                    "--shape", "hidden_size=16", "--output", str(out), "--metric", "time"])
-    assert rc == 0
+    assert rc == 1  # the fake "broken" op raises: its row says so, and so does the exit status
     data = json.loads((out / "results.json").read_text())
     rows = data["results"]
     assert data["meta"]["preset"] == "llama-3-8b" and data["meta"]["shapes"]["batch"] == [2, 8, 32]
@@ -110,7 +110,8 @@ def test_cli_writes_json_csv_and_png(fake, tmp_path, capsys):
     lines = series[("fake", "scale", "batch")]
     assert sorted(lines) == ["torch", "triton"]
     assert all([x for x, _ in pts] == [2, 8, 32] for pts in lines.values())
-    assert "fake" in capsys.readouterr().out
+    captured = capsys.readouterr()
+    assert "fake" in captured.out and "1 of 8 impl(s) raised" in captured.err
 
 
 def test_list_and_peak_table(fake, capsys):

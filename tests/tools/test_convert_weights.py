@@ -1,16 +1,28 @@
 """`kunlun-triton convert-weights` on small checkpoints built here.
 
 The oracle is torch's own cast of the source tensors, read back through
-safetensors, and the files as written by hand."""
+safetensors, and the files as written by hand. Bad checkpoints (escaping
+shard paths, truncated or foreign shards, malformed JSON, an output whose
+parent is a file, failures part way) must each give one line naming the
+file, exit status 1, and leave nothing written anywhere."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import os
+import stat
+import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 import safetensors.torch as safetensors_torch
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kunlun_triton.cli import main as cli_main
 from kunlun_triton.tools import convert_weights
@@ -152,4 +164,218 @@ def test_without_safetensors_the_error_says_what_to_install(tmp_path, monkeypatc
     monkeypatch.setitem(sys.modules, "safetensors", None)
     assert convert_weights.main(["--model-path", str(tmp_path / "src"), "--output", str(tmp_path / "out")]) == 1
     assert "pip install safetensors" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+# ------------------------------------------------------------ bad input
+# Every failure: exit status 1, one line on stderr naming the file, nothing
+# written anywhere (no output, no partial directory, no parent it created),
+# the source and its neighbours untouched.
+
+SHARD2 = "model-00002-of-00002.safetensors"
+INDEX = "model.safetensors.index.json"
+
+
+def _run(src, out, *extra):
+    """(exit status, stderr) of convert-weights, in this process."""
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        rc = convert_weights.main(["--model-path", str(src), "--output", str(out), "--quiet", *extra])
+    return rc, err.getvalue()
+
+
+def _tree(root):
+    """Every file under `root` with its bytes and mode (what must not change)."""
+    return {str(p.relative_to(root)): (p.read_bytes(), stat.S_IMODE(p.stat().st_mode))
+            for p in sorted(Path(root).rglob("*")) if p.is_file()}
+
+
+def _assert_refused(rc, err, root, before, *names):
+    assert rc == 1, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    for name in names:
+        assert name in lines[0], (name, err)
+    assert _tree(root) == before  # nothing written, nothing changed
+    assert not [p for p in Path(root).iterdir() if p.name.startswith(".") or p.name == "out"]
+
+
+def _set_index(src, weight_map_edit):
+    index = json.loads((src / INDEX).read_text())
+    weight_map_edit(index["weight_map"])
+    (src / INDEX).write_text(json.dumps(index))
+
+
+@st.composite
+def escaping_entries(draw):
+    """A weight_map value that leaves the source directory: ``../`` chains
+    (after optional inner components) or an absolute path."""
+    inner = draw(st.lists(st.sampled_from(["sub", "."]), max_size=2))
+    ups = inner.count("sub") + draw(st.integers(1, 2))
+    kind = draw(st.sampled_from(["relative", "absolute"]))
+    return kind, inner + [".."] * ups
+
+
+@settings(max_examples=10, deadline=None)
+@given(entry=escaping_entries(), which=st.sampled_from(sorted(_tensors()[1])))
+def test_shard_entries_outside_the_source_are_refused(entry, which):
+    """Before the fix an entry ``../victim.safetensors`` (or an absolute
+    path) had that file, outside both the source and --output, overwritten
+    in place with an fp16 copy, exit 0."""
+    kind, parts = entry
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        src = root / "a" / "b" / "src"  # deep enough for the ../ steps to stay in root
+        src.parent.mkdir(parents=True)
+        _write_checkpoint(src)
+        (src / "sub" / "sub").mkdir(parents=True)  # the inner components exist
+        target = src
+        for _ in range(parts.count("..") - parts.count("sub")):
+            target = target.parent
+        victim = target / "victim.safetensors"
+        safetensors_torch.save_file({which: torch.ones(2, 2)}, str(victim))
+        value = str(victim) if kind == "absolute" else "/".join(parts + [victim.name])
+        _set_index(src, lambda wm: wm.__setitem__(which, value))
+        before = _tree(root)
+        rc, err = _run(src, root / "out")
+        _assert_refused(rc, err, root, before, INDEX, repr(value))
+
+
+def test_shards_in_a_subdirectory_and_symlinked_shards_convert(tmp_path):
+    """What the path check must keep working: an entry naming a file in a
+    subdirectory of the source, and shards that are symlinks to blobs
+    outside it (a Hugging Face cache snapshot)."""
+    src = tmp_path / "snapshot"
+    source = _write_checkpoint(src)
+    blobs = tmp_path / "blobs"
+    blobs.mkdir()
+    (src / "shards").mkdir()
+    (src / SHARD2).rename(blobs / "abc123")
+    blob = (blobs / "abc123").read_bytes()
+    (src / "shards" / SHARD2).symlink_to(Path("..") / ".." / "blobs" / "abc123")
+    _set_index(src, lambda wm: wm.update({k: f"shards/{SHARD2}" for k, v in list(wm.items()) if v == SHARD2}))
+    rc, err = _run(src, tmp_path / "out")
+    assert rc == 0, err
+    out = tmp_path / "out"
+    assert (out / "shards" / SHARD2).is_file() and not (out / "shards" / SHARD2).is_symlink()
+    converted = {**safetensors_torch.load_file(str(out / "model-00001-of-00002.safetensors")),
+                 **safetensors_torch.load_file(str(out / "shards" / SHARD2))}
+    assert sorted(converted) == sorted(source)
+    assert converted["lm_head.weight"].dtype == torch.float16
+    assert (blobs / "abc123").read_bytes() == blob  # read through the link, never written
+
+
+@settings(max_examples=8, deadline=None)
+@given(fraction=st.floats(0.0, 0.999), sharded=st.booleans())
+def test_truncated_shards_are_one_line_errors(fraction, sharded):
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        _write_checkpoint(root / "src", sharded)
+        shard = root / "src" / (SHARD2 if sharded else "model.safetensors")
+        data = shard.read_bytes()
+        shard.write_bytes(data[: int(len(data) * fraction)])
+        before = _tree(root)
+        rc, err = _run(root / "src", root / "out")
+        _assert_refused(rc, err, root, before, str(shard), "safetensors")
+
+
+@pytest.mark.parametrize("content", [b"", b"garbage" * 20, b"\xff" * 64])
+def test_a_shard_that_is_not_safetensors(tmp_path, content):
+    _write_checkpoint(tmp_path / "src")
+    (tmp_path / "src" / SHARD2).write_bytes(content)
+    before = _tree(tmp_path)
+    _assert_refused(*_run(tmp_path / "src", tmp_path / "out"), tmp_path, before, SHARD2)
+
+
+@pytest.mark.parametrize("name", [INDEX, "config.json"])
+@pytest.mark.parametrize("text", ["{", "[1, 2]", "null", b"\xff\xfe{}", '{"weight_map": []}',
+                                  '{"weight_map": {}}', '{"weight_map": {"lm_head.weight": 3}}'])
+def test_malformed_json_is_refused_before_any_tensor_is_converted(tmp_path, monkeypatch, name, text):
+    _write_checkpoint(tmp_path / "src")
+    if name == "config.json" and isinstance(text, str) and text.startswith('{"weight_map"'):
+        text = "[]"  # valid JSON, not an object
+    path = tmp_path / "src" / name
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    cast = []
+    monkeypatch.setattr(convert_weights, "cast_tensor", lambda *a: cast.append(a) or a[1])
+    before = _tree(tmp_path)
+    _assert_refused(*_run(tmp_path / "src", tmp_path / "out"), tmp_path, before, str(path))
+    assert cast == []  # nothing converted before the error
+
+
+def test_index_naming_a_tensor_its_shard_lacks(tmp_path):
+    _write_checkpoint(tmp_path / "src")
+    _set_index(tmp_path / "src", lambda wm: wm.__setitem__("model.ghost", SHARD2))
+    before = _tree(tmp_path)
+    _assert_refused(*_run(tmp_path / "src", tmp_path / "out"), tmp_path, before, "model.ghost", SHARD2)
+
+
+def test_missing_shard_leaves_nothing(tmp_path):
+    _write_checkpoint(tmp_path / "src")
+    (tmp_path / "src" / SHARD2).unlink()
+    before = _tree(tmp_path)
+    _assert_refused(*_run(tmp_path / "src", tmp_path / "out"), tmp_path, before, SHARD2)
+
+
+def test_output_whose_parent_is_a_file(tmp_path):
+    _write_checkpoint(tmp_path / "src")
+    (tmp_path / "plain").write_text("a file")
+    before = _tree(tmp_path)
+    rc, err = _run(tmp_path / "src", tmp_path / "plain" / "deeper" / "out")
+    _assert_refused(rc, err, tmp_path, before, str(tmp_path / "plain"), "not a directory")
+
+
+@pytest.mark.parametrize("failure", ["convert", "write"])
+def test_a_run_failing_midway_leaves_no_output_and_no_parents(tmp_path, monkeypatch, failure):
+    """A failure after the output's parents were created (a tensor that
+    cannot be cast, a full disk): they are removed again."""
+    _write_checkpoint(tmp_path / "src")
+    if failure == "convert":
+        real, calls = convert_weights.cast_tensor, []
+
+        def cast(*args):
+            calls.append(1)
+            if len(calls) == 3:
+                raise convert_weights.ConvertError("model.layers.0.mlp.weight: cannot be cast")
+            return real(*args)
+
+        monkeypatch.setattr(convert_weights, "cast_tensor", cast)
+    else:
+        def full_disk(*args, **kwargs):
+            raise OSError(28, "No space left on device", args[1])
+
+        monkeypatch.setattr(safetensors_torch, "save_file", full_disk)
+    before = _tree(tmp_path)
+    rc, err = _run(tmp_path / "src", tmp_path / "new" / "parents" / "out")
+    _assert_refused(rc, err, tmp_path, before, "cannot be cast" if failure == "convert" else "No space left")
+    assert not (tmp_path / "new").exists()
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o027, 0o077])
+def test_output_permissions_follow_the_umask(tmp_path, umask):
+    _write_checkpoint(tmp_path / "src")
+    (tmp_path / "src" / "tokenizer.json").chmod(0o444)  # a source mode is not copied
+    old = os.umask(umask)
+    try:
+        rc, err = _run(tmp_path / "src", tmp_path / "out")
+    finally:
+        os.umask(old)
+    assert rc == 0, err
+    out = tmp_path / "out"
+    assert stat.S_IMODE(out.stat().st_mode) == 0o777 & ~umask
+    for path in out.iterdir():
+        assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~umask, path.name
+
+
+def test_the_command_line_prints_one_line_and_no_traceback(tmp_path):
+    _write_checkpoint(tmp_path / "src")
+    (tmp_path / "src" / SHARD2).write_bytes(b"not safetensors")
+    done = subprocess.run(
+        [sys.executable, "-m", "kunlun_triton.cli", "convert-weights", "--model-path", str(tmp_path / "src"),
+         "--output", str(tmp_path / "out")],
+        capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    assert done.returncode == 1
+    assert done.stderr.strip().count("\n") == 0 and SHARD2 in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
     assert not (tmp_path / "out").exists()

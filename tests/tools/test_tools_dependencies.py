@@ -19,7 +19,7 @@ def _run(*args):
     return subprocess.run([sys.executable, "-c", BLOCKED, *args], capture_output=True, text=True, env=env, timeout=600)
 
 
-def test_doctor_bench_and_tune_import_without_test_dependencies():
+def test_doctor_bench_tune_and_inspect_import_without_test_dependencies():
     done = _run("doctor", "norm")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "rms_norm" in done.stdout and "all on the Triton path" in done.stdout
@@ -27,3 +27,5 @@ def test_doctor_bench_and_tune_import_without_test_dependencies():
     assert done.returncode == 0 and "attention.decode_attention" in done.stdout, done.stderr
     done = _run("tune", "rms_norm", "--quick", "--dry-run", "--repeat", "1", "--warmup", "0")
     assert done.returncode == 0 and "rms_norm" in done.stdout, done.stderr
+    done = _run("inspect", "rms_norm", "--no-compile", "--compilations")
+    assert done.returncode == 0 and "rms_norm_kernel" in done.stdout, done.stderr

@@ -105,8 +105,10 @@ def test_an_op_whose_every_candidate_is_wrong_writes_nothing(tmp_path, monkeypat
 LOOKUP_DIMS = {
     "silu_and_mul": {"hidden_size", "rows"}, "gelu_and_mul": {"hidden_size", "rows"},
     "rotary_embedding": {"head_size", "tokens"}, "store_kv": {"row_width", "tokens"},
-    "decode_attention": {"head_dim", "group", "batch"}, "extend_attention": {"head_dim", "group"},
+    "decode_attention": {"head_dim", "group"}, "extend_attention": {"head_dim", "group"},
     "rms_norm": {"hidden_size"}, "fused_add_rms_norm": {"hidden_size"},
+    "moe_topk": {"num_experts"},
+    "fused_experts": {"tokens", "num_experts", "top_k", "hidden_size", "intermediate_size"},
     # by the vocabulary only: a row's blocks (and so its draw) never depend on the batch
     **{op: {"vocab"} for op in ("sample", "greedy", "top_k_renorm_probs", "top_p_renorm_probs",
                                 "min_p_renorm_probs", "renorm_probs")},
@@ -129,7 +131,7 @@ def test_full_search_spaces_are_sane(has_dot, monkeypatch):
         candidates = [c for c in spec.tune_candidates(False)]
         assert 4 <= len(candidates) <= 64, (spec.name, len(candidates))
         forms = {c.get("formulation") for c in candidates}
-        if spec.name.endswith("_attention"):
+        if spec.name.endswith("_attention") or spec.name == "fused_experts":
             assert forms == ({"dot", "sum"} if has_dot else {None}), (spec.name, forms)
         else:
             assert forms == {None}

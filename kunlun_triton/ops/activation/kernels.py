@@ -9,11 +9,15 @@ Elementwise, so the grid tiles both axes: each program takes a
 Kunlun's ~0.6-0.9 us per-program launch cost; BLOCK_COLS columns of the
 constexpr width D, so the compiler sees fixed sizes). It reads 2 values and
 writes 1 per output element, the minimum. Maths in fp32, one rounding.
-Masked lanes are never stored, so loads need no ``other=``.
+Masked lanes are never stored; loads still go through `masked_load`
+(``other=`` where the target honours it, ``tl.where`` on Kunlun) so no
+lane ever computes on whatever memory held.
 """
 
 import triton
 import triton.language as tl
+
+from ..loads import masked_load
 
 SQRT_HALF = tl.constexpr(0.7071067811865476)
 SQRT_2_OVER_PI = tl.constexpr(0.7978845608028654)  # Triton kernels read only constexpr globals
@@ -47,7 +51,7 @@ def _activation(gate, ACTIVATION: tl.constexpr):
         return 0.5 * gate * (1.0 + _tanh(inner))
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["n_rows"])
 def act_and_mul_kernel(
     x_ptr,
     out_ptr,
@@ -58,6 +62,7 @@ def act_and_mul_kernel(
     BLOCK_COLS: tl.constexpr,
     ROWS_PER_PROGRAM: tl.constexpr,
     ACTIVATION: tl.constexpr,
+    LOAD_IGNORES_OTHER: tl.constexpr,
 ):
     """out[r, c] = act(x[r, c]) * x[r, D + c] for a tile of rows and columns."""
     rows = tl.program_id(0) * ROWS_PER_PROGRAM + tl.arange(0, ROWS_PER_PROGRAM)[:, None]
@@ -65,7 +70,7 @@ def act_and_mul_kernel(
     mask = (rows < n_rows) & (cols < D)
     rows = rows.to(tl.int64)
     gate_ptrs = x_ptr + rows * x_row_stride + cols
-    gate = tl.load(gate_ptrs, mask=mask).to(tl.float32)
-    up = tl.load(gate_ptrs + D, mask=mask).to(tl.float32)
+    gate = masked_load(gate_ptrs, mask, 0.0, LOAD_IGNORES_OTHER).to(tl.float32)
+    up = masked_load(gate_ptrs + D, mask, 0.0, LOAD_IGNORES_OTHER).to(tl.float32)
     y = _activation(gate, ACTIVATION) * up
     tl.store(out_ptr + rows * out_row_stride + cols, y.to(out_ptr.dtype.element_ty), mask=mask)

@@ -9,12 +9,13 @@ import itertools
 
 import torch
 
+from ...runtime import FLOAT_DTYPES
 from ..spec import OpCase, OpSpec
 from . import ops, reference
 
 # Leading dims, strided rows, a non-power-of-two half width, values reaching the saturated ends.
 _DOCTOR_SHAPE = {"lead": 2, "rows": 5, "d": 96, "strided": True}
-DOCTOR = tuple((_DOCTOR_SHAPE, d) for d in (torch.float32, torch.float16, torch.bfloat16))
+DOCTOR = tuple((_DOCTOR_SHAPE, d) for d in FLOAT_DTYPES)
 GELU_DOCTOR = DOCTOR + (({**_DOCTOR_SHAPE, "approximate": "tanh"}, torch.float32),)
 
 
@@ -35,13 +36,27 @@ def _case(name: str):
         elt = torch.empty((), dtype=dtype).element_size()
         rows = x.numel() // x.shape[-1]
         return OpCase(
-            run=lambda config: op(x, **kwargs, config=config),
+            run=lambda config: op(x, **kwargs, check=False, config=config),
             reference=lambda: ref(x, **kwargs),
             dims={"hidden_size": shape["d"], "rows": rows},
             bytes_moved=3 * rows * shape["d"] * elt,
         )
 
     return make
+
+
+def _kernels(name: str):
+    def kernels(shape, dtype, config):
+        """The launch of one call on meta tensors, planned for the active target."""
+        from ...testing.launches import meta_kernel_specs
+
+        rows, d, lead = shape["rows"], shape["d"], shape.get("lead", 1)
+        pad = 6 if shape.get("strided") else 0
+        x = torch.empty(lead, rows, 2 * d + pad, dtype=dtype, device="meta")[..., : 2 * d]
+        kwargs = {"approximate": shape["approximate"]} if "approximate" in shape else {}
+        return meta_kernel_specs(lambda: getattr(ops, name)(x, **kwargs, config=config))
+
+    return kernels
 
 
 def bench_shapes(preset, quick: bool) -> list[dict]:
@@ -64,6 +79,8 @@ def tune_shapes(preset, quick: bool) -> list[dict]:
 
 _TUNE = dict(tune_candidates=tune_candidates, tune_shapes=tune_shapes, x_axis="rows")
 SPECS = [
-    OpSpec("silu_and_mul", "activation", _case("silu_and_mul"), DOCTOR, bench_shapes, **_TUNE),
-    OpSpec("gelu_and_mul", "activation", _case("gelu_and_mul"), GELU_DOCTOR, bench_shapes, **_TUNE),
+    OpSpec("silu_and_mul", "activation", _case("silu_and_mul"), DOCTOR, bench_shapes, **_TUNE,
+           kernels=_kernels("silu_and_mul")),
+    OpSpec("gelu_and_mul", "activation", _case("gelu_and_mul"), GELU_DOCTOR, bench_shapes, **_TUNE,
+           kernels=_kernels("gelu_and_mul")),
 ]  # fmt: skip

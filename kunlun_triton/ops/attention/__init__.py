@@ -3,7 +3,10 @@ metadata conventions, so the SGLang backend stays a thin adapter).
 
 - `store_kv`: write new tokens' K/V into their pool slots.
 - `decode_attention`: one query token per request, split-KV with a
-  log-sum-exp merge.
+  log-sum-exp merge; `decode_workspace` makes a step's partial buffers and
+  split plan once for every layer (split counts are decided on the device,
+  per request; `split_tile_size` fixes the split length for batch-invariant
+  results).
 - `extend_attention`: new tokens attend to their cached prefix and causally
   to each other (prefill, chunked prefill, radix-cache hits).
 
@@ -14,8 +17,9 @@ common checks and the per-target formulation (``tl.dot`` or ``tl.sum``,
 """
 
 from .decode_attention import decode_attention
+from .decode_splits import DecodeWorkspace, decode_workspace
 from .extend_attention import extend_attention
 from .shared import FORMULATIONS
 from .store_kv import store_kv
 
-__all__ = ["FORMULATIONS", "decode_attention", "extend_attention", "store_kv"]
+__all__ = ["FORMULATIONS", "DecodeWorkspace", "decode_attention", "decode_workspace", "extend_attention", "store_kv"]

@@ -1,28 +1,46 @@
 """`decode_attention`: split-KV paged attention, one query token per request.
 
-Stage 1 (`decode_partial_kernel`), grid (batch, kv_heads, SPLITS): request b's
-visible keys (the last WINDOW + 1 with a sliding window, else all) are cut
-into SPLITS contiguous ranges of whole BLOCK_N tiles; a program runs an online
-softmax over one range for all GROUP query heads of one kv head, so every K/V
-tile is loaded once and shared by the group (GQA/MQA). It writes the range's
-normalised output and its log-sum-exp:
+Stage 1 (`decode_partial_kernel`), grid (batch, kv_heads, max_splits):
+request b's visible keys (the last WINDOW + 1 with a sliding window, else
+all) are cut into `splits_b` contiguous ranges of whole BLOCK_N tiles; a
+program runs an online softmax over one range for all GROUP query heads of
+one kv head, so every K/V tile is loaded once and shared by the group
+(GQA/MQA). It writes the range's normalised output and its log-sum-exp:
 
     o_s = sum_j e^(s_j - lse_s) v_j,     lse_s = log sum_j e^(s_j)
 
 Stage 2 (`decode_merge_kernel`), grid (batch, kv_heads): the exact softmax
 over all keys is the lse-weighted mean of the splits,
 
-    o = sum_s e^(lse_s - M) o_s / sum_s e^(lse_s - M),   M = max_s lse_s,
+    o = sum_s e^(lse_s - M) o_s / sum_s e^(lse_s - M),   M = max_s lse_s.
 
-with empty splits at lse = -inf (weight 0). Splitting is what lets a batch of
-one with a long context fill the device.
+Split counts are decided on the device, per request, from its length and
+two run-time integers (never constexprs, so neither batch size nor context
+length ever recompiles a kernel, and a CUDA graph can replay any lengths):
+
+    splits_b = clamp(ceil(n_b / split_tokens), 1, max_splits)
+    split_len_b = ceil(ceil(n_b / splits_b) / BLOCK_N) * BLOCK_N
+
+``split_tokens`` is MIN_SPLIT_TOKENS of the config (or 1 with an explicit
+`num_kv_splits`); ``max_splits`` fills the device at this batch size:
+ceil(TARGET_PROGRAMS / (batch * kv_heads)), at most MAX_KV_SPLITS. The fixed
+split-tile mode (``split_tile_size=T``: split_tokens = T and a cap no
+request reaches) makes a request's reduction order a function of its own
+length only: batch-invariant, what deterministic inference needs.
+
+The partials ([batch, q_heads, max_splits, v_dim] fp32 and the lse) come
+from a `DecodeWorkspace` when the caller has one for the step (SGLang's
+backend makes one per decode step, `decode_workspace`), else per call.
 """
+
+from __future__ import annotations
 
 import torch
 import triton
 import triton.language as tl
 
-from ...runtime import INDEX_DTYPES, get_config, launch_options, use_triton
+from ...runtime import INDEX_DTYPES, use_triton
+from ..loads import masked_load
 from ..validation import (
     check_indptr,
     check_slots,
@@ -33,22 +51,64 @@ from ..validation import (
     require_tensor,
 )
 from . import reference
-from .shared import check_kv_pool, choose_formulation, dim_block, window_constexpr
-from .tiles import NO_SCORE, capped_scores, load_k_transposed, load_v, online_softmax_update
+from .decode_splits import DecodeWorkspace, _plan, check_workspace, split_policy
+from .shared import check_kv_pool, cdiv, needs_int64, window_constexpr
+from .tiles import capped_scores, finish_rows, load_tile, online_softmax_update
 
 OP = "decode_attention"
 
 
 @triton.jit
+def split_range(kv_len, split, split_tokens, max_splits, WINDOW: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Keys [lo, hi) of split `split` of a request with kv_len keys, and the
+    number of non-empty splits (both stages compute them the same way)."""
+    first = 0
+    if WINDOW > 0:  # the query sits at kv_len - 1 and sees WINDOW keys before it
+        first = tl.maximum(kv_len - 1 - WINDOW, 0)
+    n_keys = kv_len - first
+    splits = tl.minimum(tl.maximum(tl.cdiv(n_keys, split_tokens), 1), max_splits)
+    split_len = tl.maximum(tl.cdiv(tl.cdiv(n_keys, splits), BLOCK_N), 1) * BLOCK_N
+    lo = first + split * split_len
+    return lo, tl.minimum(lo + split_len, kv_len), tl.cdiv(n_keys, split_len)
+
+
+@triton.jit
+def decode_tile(q, m_i, l_i, acc, kv_row_ptr, k_head_ptr, v_head_ptr, n0, hi, sm_scale, kb_stride_s, vb_stride_s,
+                offs_d, offs_dv, d_mask, dv_mask, BLOCK_N: tl.constexpr, MASK_N: tl.constexpr,
+                MASK_D: tl.constexpr, MASK_DV: tl.constexpr, LOGIT_CAP: tl.constexpr, USE_DOT: tl.constexpr,
+                DOT_FP32: tl.constexpr, POOL_I64: tl.constexpr, LOAD_IGNORES_OTHER: tl.constexpr):  # fmt: skip
+    """Fold keys n0 .. n0 + BLOCK_N (those below `hi` when MASK_N) into the
+    running softmax of the group's heads."""
+    offs_n = n0 + tl.arange(0, BLOCK_N)
+    n_mask = offs_n < hi
+    if MASK_N:
+        slot = masked_load(kv_row_ptr + offs_n, n_mask, 0, LOAD_IGNORES_OTHER)
+    else:
+        slot = tl.load(kv_row_ptr + offs_n)
+    if POOL_I64:
+        slot = slot.to(tl.int64)
+    k_t = load_tile(k_head_ptr + offs_d[:, None] + slot[None, :] * kb_stride_s, d_mask, n_mask, MASK_D, MASK_N,
+                    LOAD_IGNORES_OTHER)  # fmt: skip
+    s = capped_scores(q, k_t, sm_scale, LOGIT_CAP, USE_DOT, DOT_FP32)
+    if MASK_N:
+        s = tl.where(n_mask[None, :], s, float("-inf"))
+    v = load_tile(v_head_ptr + slot[:, None] * vb_stride_s + offs_dv[None, :], n_mask, dv_mask, MASK_N, MASK_DV,
+                  LOAD_IGNORES_OTHER)  # fmt: skip
+    return online_softmax_update(s, v, m_i, l_i, acc, USE_DOT, DOT_FP32)
+
+
+@triton.jit(do_not_specialize=["split_tokens", "max_splits"])
 def decode_partial_kernel(
     q_ptr,
     k_buffer_ptr,
     v_buffer_ptr,
     kv_indptr_ptr,
     kv_indices_ptr,
-    part_out_ptr,  # [batch, q_heads, SPLITS, V_DIM] fp32
-    part_lse_ptr,  # [batch, q_heads, SPLITS] fp32
+    part_out_ptr,  # [>= batch, num_q_heads, max_splits, V_DIM] fp32
+    part_lse_ptr,  # [>= batch, num_q_heads, max_splits] fp32
     sm_scale,
+    split_tokens,
+    max_splits,
     num_q_heads,
     q_stride_b,
     q_stride_h,
@@ -63,24 +123,21 @@ def decode_partial_kernel(
     BLOCK_D: tl.constexpr,
     BLOCK_DV: tl.constexpr,
     BLOCK_N: tl.constexpr,
-    SPLITS: tl.constexpr,
     LOGIT_CAP: tl.constexpr,
     WINDOW: tl.constexpr,
     USE_DOT: tl.constexpr,
     DOT_FP32: tl.constexpr,
+    POOL_I64: tl.constexpr,
+    LOAD_IGNORES_OTHER: tl.constexpr,
 ):
     b = tl.program_id(0)
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
-
     kv_start = tl.load(kv_indptr_ptr + b)
     kv_len = tl.load(kv_indptr_ptr + b + 1) - kv_start
-    first = 0
-    if WINDOW > 0:  # the query sits at kv_len - 1 and sees WINDOW keys before it
-        first = tl.maximum(kv_len - 1 - WINDOW, 0)
-    split_len = tl.cdiv(tl.cdiv(kv_len - first, SPLITS), BLOCK_N) * BLOCK_N
-    lo = first + split * split_len
-    hi = tl.minimum(lo + split_len, kv_len)
+    lo, hi, _ = split_range(kv_len, split, split_tokens, max_splits, WINDOW, BLOCK_N)
+    if lo >= hi:  # a split this request does not use
+        return
 
     offs_h = tl.arange(0, BLOCK_H)
     heads = kv_head * GROUP + offs_h
@@ -89,72 +146,90 @@ def decode_partial_kernel(
     offs_dv = tl.arange(0, BLOCK_DV)
     d_mask = offs_d < HEAD_DIM
     dv_mask = offs_dv < V_DIM
+    q = masked_load(q_ptr + b * q_stride_b + heads[:, None] * q_stride_h + offs_d[None, :],
+                    head_mask[:, None] & d_mask[None, :], 0.0, LOAD_IGNORES_OTHER)  # fmt: skip
 
-    q_mask = head_mask[:, None] & d_mask[None, :]
-    q = tl.load(q_ptr + b * q_stride_b + heads[:, None] * q_stride_h + offs_d[None, :], mask=q_mask)
-    q = tl.where(q_mask, q, 0.0)
-
-    m_i = tl.zeros([BLOCK_H], dtype=tl.float32) + NO_SCORE
+    m_i = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_H], dtype=tl.float32)
     acc = tl.zeros([BLOCK_H, BLOCK_DV], dtype=tl.float32)
-    for n0 in range(lo, hi, BLOCK_N):
-        offs_n = n0 + tl.arange(0, BLOCK_N)
-        n_mask = offs_n < hi
-        slot = tl.load(kv_indices_ptr + kv_start + offs_n, mask=n_mask)
-        slot = tl.where(n_mask, slot, 0).to(tl.int64)
+    kv_row_ptr = kv_indices_ptr + kv_start
+    k_head_ptr = k_buffer_ptr + kv_head * kb_stride_h
+    v_head_ptr = v_buffer_ptr + kv_head * vb_stride_h
+    full_hi = lo + (hi - lo) // BLOCK_N * BLOCK_N
+    for n0 in range(lo, full_hi, BLOCK_N):  # whole tiles: no key masks
+        m_i, l_i, acc = decode_tile(q, m_i, l_i, acc, kv_row_ptr, k_head_ptr, v_head_ptr, n0, hi, sm_scale,
+                                    kb_stride_s, vb_stride_s, offs_d, offs_dv, d_mask, dv_mask, BLOCK_N, False,
+                                    BLOCK_D != HEAD_DIM, BLOCK_DV != V_DIM, LOGIT_CAP, USE_DOT, DOT_FP32, POOL_I64,
+                                    LOAD_IGNORES_OTHER)  # fmt: skip
+    # The ragged last tile, as a loop of at most one trip: Triton pipelines a
+    # loop's loads into shared memory, where a straight-line tile after the
+    # loop would stage them in registers (126 registers instead of 64 on sm_90).
+    for n0 in range(full_hi, hi, BLOCK_N):
+        m_i, l_i, acc = decode_tile(q, m_i, l_i, acc, kv_row_ptr, k_head_ptr, v_head_ptr, n0, hi, sm_scale,
+                                    kb_stride_s, vb_stride_s, offs_d, offs_dv, d_mask, dv_mask, BLOCK_N, True,
+                                    BLOCK_D != HEAD_DIM, BLOCK_DV != V_DIM, LOGIT_CAP, USE_DOT, DOT_FP32, POOL_I64,
+                                    LOAD_IGNORES_OTHER)  # fmt: skip
 
-        k_t = load_k_transposed(k_buffer_ptr, slot, kb_stride_s, kv_head * kb_stride_h, offs_d, d_mask, n_mask)
-        s = capped_scores(q, k_t, sm_scale, LOGIT_CAP, USE_DOT, DOT_FP32)
-        s = tl.where(n_mask[None, :], s, float("-inf"))
-        v = load_v(v_buffer_ptr, slot, vb_stride_s, kv_head * vb_stride_h, offs_dv, dv_mask, n_mask)
-        m_i, l_i, acc = online_softmax_update(s, v, m_i, l_i, acc, USE_DOT, DOT_FP32)
-
-    has_keys = l_i > 0.0
-    out = tl.where(has_keys[:, None], acc / tl.where(has_keys, l_i, 1.0)[:, None], 0.0)
-    lse = tl.where(has_keys, m_i + tl.log(tl.where(has_keys, l_i, 1.0)), float("-inf"))
-    row = (b * num_q_heads + heads) * SPLITS + split  # [BLOCK_H]
-    tl.store(part_out_ptr + row[:, None] * V_DIM + offs_dv[None, :], out, mask=head_mask[:, None] & dv_mask[None, :])
+    lse = tl.where(l_i == 0.0, float("-inf"), m_i + tl.log(tl.where(l_i == 0.0, 1.0, l_i)))
+    row = (b.to(tl.int64) * num_q_heads + heads) * max_splits + split  # [BLOCK_H]
+    tl.store(part_out_ptr + row[:, None] * V_DIM + offs_dv[None, :], finish_rows(acc, l_i),
+             mask=head_mask[:, None] & dv_mask[None, :])  # fmt: skip
     tl.store(part_lse_ptr + row, lse, mask=head_mask)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["split_tokens", "max_splits"])
 def decode_merge_kernel(
     part_out_ptr,
     part_lse_ptr,
     o_ptr,
+    kv_indptr_ptr,
+    split_tokens,
+    max_splits,
     num_q_heads,
     o_stride_b,
     o_stride_h,
     GROUP: tl.constexpr,
     V_DIM: tl.constexpr,
+    BLOCK_H: tl.constexpr,
     BLOCK_DV: tl.constexpr,
-    SPLITS: tl.constexpr,
-    BLOCK_S: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    WINDOW: tl.constexpr,
+    LOAD_IGNORES_OTHER: tl.constexpr,
 ):
     b = tl.program_id(0)
     kv_head = tl.program_id(1)
-    offs_s = tl.arange(0, BLOCK_S)
-    s_mask = offs_s < SPLITS
+    kv_len = tl.load(kv_indptr_ptr + b + 1) - tl.load(kv_indptr_ptr + b)
+    _, _, used = split_range(kv_len, 0, split_tokens, max_splits, WINDOW, BLOCK_N)
+
+    offs_h = tl.arange(0, BLOCK_H)
+    heads = kv_head * GROUP + offs_h
+    head_mask = offs_h < GROUP
     offs_dv = tl.arange(0, BLOCK_DV)
-    dv_mask = offs_dv < V_DIM
-    part_mask = s_mask[:, None] & dv_mask[None, :]
-    for g in range(GROUP):
-        head = kv_head * GROUP + g
-        row = (b * num_q_heads + head) * SPLITS + offs_s
-        lse = tl.load(part_lse_ptr + row, mask=s_mask)
-        lse = tl.where(s_mask, lse, float("-inf"))
-        top = tl.max(lse, 0)
-        top = tl.where(top == float("-inf"), 0.0, top)  # no keys at all: all weights 0
-        w = tl.exp(lse - top)
-        part = tl.load(part_out_ptr + row[:, None] * V_DIM + offs_dv[None, :], mask=part_mask)
-        part = tl.where(part_mask, part, 0.0)
-        num = tl.sum(w[:, None] * part, 0)
-        den = tl.sum(w, 0)
-        out = tl.where(den > 0.0, num / tl.where(den > 0.0, den, 1.0), 0.0)
-        tl.store(o_ptr + b * o_stride_b + head * o_stride_h + offs_dv, out.to(o_ptr.dtype.element_ty), mask=dv_mask)
+    part_mask = head_mask[:, None] & (offs_dv < V_DIM)[None, :]
+    row = (b.to(tl.int64) * num_q_heads + heads) * max_splits  # [BLOCK_H], split 0
+    m_i = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)
+    den = tl.zeros([BLOCK_H], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_H, BLOCK_DV], dtype=tl.float32)
+    for split in range(0, used):  # the same online rescale as stage 1, one split at a time
+        lse = masked_load(part_lse_ptr + row + split, head_mask, float("-inf"), LOAD_IGNORES_OTHER)
+        part = masked_load(part_out_ptr + (row + split)[:, None] * V_DIM + offs_dv[None, :], part_mask, 0.0,
+                           LOAD_IGNORES_OTHER)  # fmt: skip
+        m_new = tl.maximum(m_i, lse)
+        m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
+        scale = tl.exp(m_i - m_ref)
+        w = tl.exp(lse - m_ref)
+        acc = acc * scale[:, None] + w[:, None] * part
+        den = den * scale + w
+        m_i = m_new
+    out = finish_rows(acc, den)
+    tl.store(o_ptr + b * o_stride_b + heads[:, None] * o_stride_h + offs_dv[None, :],
+             out.to(o_ptr.dtype.element_ty), mask=part_mask)  # fmt: skip
 
 
-def _validate(q, k_buffer, v_buffer, o, kv_indptr, kv_indices, check):
+# ---- launcher ------------------------------------------------------------
+
+
+def _validate(q, k_buffer, v_buffer, o, kv_indptr, kv_indices, workspace):
     require_tensor(OP, "q", q, ndim=3)
     require_tensor(OP, "o", o, ndim=3)
     require_tensor(OP, "kv_indptr", kv_indptr, dtypes=INDEX_DTYPES, ndim=1)
@@ -163,24 +238,11 @@ def _validate(q, k_buffer, v_buffer, o, kv_indptr, kv_indices, check):
     require_same(OP, "dtypes", q=q.dtype, k_buffer=k_buffer.dtype, v_buffer=v_buffer.dtype, o=o.dtype)
     require_same(OP, "o's shape and (batch, q heads, v head dim)", o=tuple(o.shape), expected=(q.shape[0], q.shape[1], v_buffer.shape[2]))
     require_same_device(OP, q=q, k_buffer=k_buffer, v_buffer=v_buffer, o=o, kv_indptr=kv_indptr, kv_indices=kv_indices)
-    if checked_mode(check):
-        indptr = check_indptr(OP, "kv_indptr", kv_indptr, q.shape[0], kv_indices.numel(), "len(kv_indices)")
-        check_slots(OP, "kv_indices", kv_indices, k_buffer.shape[0], int(indptr[-1]))
-    elif kv_indptr.numel() != q.shape[0] + 1:
-        raise ValueError(f"{OP}: kv_indptr must have batch + 1 = {q.shape[0] + 1} entries, got {kv_indptr.numel()}")
+    if workspace is not None:
+        check_workspace(workspace, q.shape[0], q.shape[1], v_buffer.shape[2], q.device)
+    indptr = check_indptr(OP, "kv_indptr", kv_indptr, q.shape[0], kv_indices.numel(), "len(kv_indices)")
+    check_slots(OP, "kv_indices", kv_indices, k_buffer.shape[0], int(indptr[-1]))
     return group
-
-
-def choose_splits(config: dict, batch: int, kv_heads: int, total_kv: int, window: int, block_n: int) -> int:
-    """KV splits per request, from host-side sizes only (no sync):
-    enough programs to fill the device (TARGET_PROGRAMS), at most
-    MAX_KV_SPLITS, and no more than the keys could fill (total_kv bounds the
-    longest request; a window bounds every request) at MIN_SPLIT_TOKENS each."""
-    target = int(config.get("TARGET_PROGRAMS", 64))
-    longest = min(total_kv, window + 1) if window else total_kv
-    min_tokens = max(int(config.get("MIN_SPLIT_TOKENS", 4 * block_n)), 1)
-    splits = triton.cdiv(target, max(batch * kv_heads, 1))
-    return max(1, min(splits, int(config.get("MAX_KV_SPLITS", 16)), triton.cdiv(max(longest, 1), min_tokens)))
 
 
 def decode_attention(
@@ -197,6 +259,8 @@ def decode_attention(
     check: bool = True,
     formulation: str | None = None,
     *,
+    split_tile_size: int | None = None,
+    workspace: DecodeWorkspace | None = None,
     config: dict | None = None,
 ) -> torch.Tensor:
     """Attention of one new token per request over its cached keys; writes `o`.
@@ -208,49 +272,69 @@ def decode_attention(
     own token last (store_kv runs first). q_heads must be a multiple of
     kv_heads (MHA, GQA, MQA). `logit_cap` > 0 applies cap * tanh(s / cap);
     `sliding_window` is SGLang's sliding_window_size (the query sees itself
-    and the `sliding_window` tokens before it). `num_kv_splits` overrides the
-    split count; `formulation` ("dot" | "sum") the config's. A request with
-    no keys gets zeros. Returns `o`.
+    and the `sliding_window` tokens before it). A request with no keys gets
+    zeros. Returns `o`.
+
+    Splits (see the module docstring): the config's policy, at most
+    `num_kv_splits` per request, or fixed tiles of `split_tile_size` keys
+    (batch-invariant results); `workspace` brings the partial buffers and
+    the split plan instead (`decode_workspace`). `formulation` ("dot" |
+    "sum") overrides the config's.
+
+    ``check=False`` (or ``KUNLUN_TRITON_CHECK=0``) skips every input check,
+    the metadata reads that sync the host included: the launcher then does
+    only what the launch needs, and bad metadata (indptr out of order, slot
+    ids outside the pool) reads or writes unrelated memory. SGLang's backend
+    runs unchecked: its metadata comes from its own allocator and indptr
+    builder.
     """
-    group = _validate(q, k_buffer, v_buffer, o, kv_indptr, kv_indices, check)
-    sm_scale = require_number(OP, "sm_scale", sm_scale, above=0.0)
-    logit_cap = require_number(OP, "logit_cap", logit_cap or 0.0, minimum=0.0)
-    window = window_constexpr(OP, sliding_window)
-    if num_kv_splits is not None:
-        num_kv_splits = require_number(OP, "num_kv_splits", num_kv_splits, minimum=1, integer=True)
+    if checked_mode(check):
+        group = _validate(q, k_buffer, v_buffer, o, kv_indptr, kv_indices, workspace)
+        sm_scale = require_number(OP, "sm_scale", sm_scale, above=0.0)
+        logit_cap = require_number(OP, "logit_cap", logit_cap or 0.0, minimum=0.0)
+        window = window_constexpr(OP, sliding_window)
+        if num_kv_splits is not None:
+            num_kv_splits = require_number(OP, "num_kv_splits", num_kv_splits, minimum=1, integer=True)
+        if split_tile_size is not None:
+            split_tile_size = require_number(OP, "split_tile_size", split_tile_size, minimum=1, integer=True)
+        if workspace is not None and (num_kv_splits or split_tile_size):
+            raise ValueError(f"{OP}: a workspace brings its own split plan; drop num_kv_splits / split_tile_size")
+        tensors = (q, k_buffer, v_buffer, o, kv_indptr, kv_indices)
+    else:
+        group = q.shape[1] // k_buffer.shape[1]
+        sm_scale, logit_cap = float(sm_scale), float(logit_cap or 0.0)
+        window = sliding_window if sliding_window is not None and sliding_window > 0 else 0
+        tensors = (q,)
     batch, q_heads, head_dim = q.shape
-    kv_heads, v_dim = k_buffer.shape[1], v_buffer.shape[2]
     if batch == 0:
         return o
-    if not use_triton(OP, q, k_buffer, v_buffer, o, kv_indptr, kv_indices):
+    if not use_triton(OP, *tensors):
         return reference.decode_attention(q, k_buffer, v_buffer, o, kv_indptr, kv_indices, sm_scale, logit_cap, window)
 
-    config = get_config(OP, head_dim=head_dim, group=group, batch=batch) if config is None else config
-    form = choose_formulation(OP, q.dtype, config, formulation)
-    block_n = int(config.get("BLOCK_N", 32))
-    block_n = max(block_n, 16) if form.use_dot else block_n
-    splits = num_kv_splits or choose_splits(config, batch, kv_heads, kv_indices.numel(), window, block_n)
-    block_h = triton.next_power_of_2(group)
-    if form.use_dot:
-        block_h = max(block_h, 16)
-
-    part_out = torch.empty(batch, q_heads, splits, v_dim, dtype=torch.float32, device=q.device)
-    part_lse = torch.empty(batch, q_heads, splits, dtype=torch.float32, device=q.device)
-    launch = launch_options(config)
-    decode_partial_kernel[(batch, kv_heads, splits)](
+    kv_heads, v_dim = k_buffer.shape[1], v_buffer.shape[2]
+    plan = _plan(config, q.dtype, head_dim, v_dim, group, formulation)
+    if workspace is None:
+        total = kv_indices.shape[0]  # bounds the longest request: no split beyond it is ever used
+        split_tokens, max_splits = split_policy(plan, batch, kv_heads, num_kv_splits, split_tile_size, total)
+        max_splits = max(1, min(max_splits, cdiv(total, split_tokens)))
+        part_out = torch.empty(batch, q_heads, max_splits, v_dim, dtype=torch.float32, device=q.device)
+        part_lse = torch.empty(batch, q_heads, max_splits, dtype=torch.float32, device=q.device)
+    else:
+        part_out, part_lse, split_tokens = workspace.part_out, workspace.part_lse, workspace.split_tokens
+        max_splits = part_out.shape[2]
+    decode_partial_kernel[(batch, kv_heads, max_splits)](
         q, k_buffer, v_buffer, kv_indptr, kv_indices, part_out, part_lse,
-        sm_scale, q_heads,
+        sm_scale, split_tokens, max_splits, q_heads,
         q.stride(0), q.stride(1), k_buffer.stride(0), k_buffer.stride(1), v_buffer.stride(0), v_buffer.stride(1),
-        GROUP=group, HEAD_DIM=head_dim, V_DIM=v_dim,
-        BLOCK_H=block_h, BLOCK_D=dim_block(head_dim, form), BLOCK_DV=dim_block(v_dim, form), BLOCK_N=block_n,
-        SPLITS=splits, LOGIT_CAP=logit_cap, WINDOW=window,
-        USE_DOT=form.use_dot, DOT_FP32=form.dot_fp32,
-        **launch,
-    )
+        GROUP=group, HEAD_DIM=head_dim, V_DIM=v_dim, BLOCK_H=plan.block_h, BLOCK_D=plan.block_d,
+        BLOCK_DV=plan.block_dv, BLOCK_N=plan.block_n, LOGIT_CAP=logit_cap, WINDOW=window, USE_DOT=plan.use_dot,
+        DOT_FP32=plan.dot_fp32, POOL_I64=needs_int64(k_buffer, v_buffer), LOAD_IGNORES_OTHER=plan.load_ignores_other,
+        **plan.launch,
+    )  # fmt: skip
     decode_merge_kernel[(batch, kv_heads)](
-        part_out, part_lse, o, q_heads, o.stride(0), o.stride(1),
-        GROUP=group, V_DIM=v_dim, BLOCK_DV=triton.next_power_of_2(v_dim),
-        SPLITS=splits, BLOCK_S=triton.next_power_of_2(splits),
-        **launch,
-    )
+        part_out, part_lse, o, kv_indptr, split_tokens, max_splits, q_heads, o.stride(0), o.stride(1),
+        GROUP=group, V_DIM=v_dim, BLOCK_H=plan.merge_block_h, BLOCK_DV=plan.merge_block_dv, BLOCK_N=plan.block_n,
+        WINDOW=window, LOAD_IGNORES_OTHER=plan.load_ignores_other,
+        **plan.launch,
+    )  # fmt: skip
     return o

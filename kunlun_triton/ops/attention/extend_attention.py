@@ -10,14 +10,21 @@ positions back).
 Grid (batch, q_heads, cdiv(max_len_extend, BLOCK_M)): a program owns BLOCK_M
 new tokens of one head and runs one online softmax over two key streams, the
 prefix gathered from the pool by slot id, then the new tokens up to its own
-last row (tiles past the causal diagonal are never loaded).
+last row (tiles past the causal diagonal are never loaded). Each stream is
+cut into whole tiles every row of the block sees (loaded and scored without
+masks: most of a long context) and masked tiles (a ragged end, the causal
+diagonal, a sliding window's edge), each kind its own loop.
+
+A key a row cannot see never reaches it, whatever its K or V holds (see
+`extend_tile`); a NaN a row does see makes its output NaN.
 """
 
 import torch
 import triton
 import triton.language as tl
 
-from ...runtime import INDEX_DTYPES, get_config, launch_options, use_triton
+from ...runtime import INDEX_DTYPES, get_config, plan_cache, use_triton
+from ..loads import masked_load
 from ..validation import (
     check_indptr,
     check_slots,
@@ -28,10 +35,120 @@ from ..validation import (
     require_tensor,
 )
 from . import reference
-from .shared import check_kv_pool, choose_formulation, dim_block, window_constexpr
-from .tiles import NO_SCORE, capped_scores, load_k_transposed, load_v, online_softmax_update
+from .shared import AttentionPlan, attention_plan, cdiv, check_kv_pool, needs_int64, window_constexpr
+from .tiles import capped_scores, finish_rows, load_tile, online_softmax_update
 
 OP = "extend_attention"
+
+
+@triton.jit
+def stream_rows(index_ptr, row_base, offs_n, n_mask, PAGED: tl.constexpr, MASKED: tl.constexpr,
+                INDEX_I64: tl.constexpr, LOAD_IGNORES_OTHER: tl.constexpr):  # fmt: skip
+    """The K/V rows of a stream's keys `offs_n`: pool slots index_ptr[n] when
+    PAGED, else row_base + n."""
+    if PAGED:
+        if MASKED:
+            rows = masked_load(index_ptr + offs_n, n_mask, 0, LOAD_IGNORES_OTHER)
+        else:
+            rows = tl.load(index_ptr + offs_n)
+    else:
+        rows = row_base + offs_n
+    if INDEX_I64:
+        rows = rows.to(tl.int64)
+    return rows
+
+
+@triton.jit
+def visibility(q_pos, offs_n, n_mask, CAUSAL: tl.constexpr, WINDOW: tl.constexpr):
+    """[M, N]: query row i (at q_pos[i], counted in the stream's key
+    positions) sees key n < hi when, if CAUSAL, n <= q_pos[i] and, with a
+    WINDOW, q_pos[i] - n <= WINDOW. (CAUSAL alone implies n < hi for every
+    real row; the block's padding rows beyond the extend are never stored.)"""
+    if CAUSAL:
+        visible = offs_n[None, :] <= q_pos[:, None]
+    else:
+        visible = n_mask[None, :]
+    if WINDOW > 0:
+        visible = visible & (q_pos[:, None] - offs_n[None, :] <= WINDOW)
+    return visible
+
+
+@triton.jit
+def value_poison(v_ptrs, n_mask, dv_mask, MASK_DV: tl.constexpr, LOAD_IGNORES_OTHER: tl.constexpr):
+    """[N] fp32: NaN for a key whose value row holds an inf or NaN, else 0
+    (sum_d 0 * v_d: 0 * inf and 0 * NaN are NaN, in v's own dtype). A
+    second, plain-layout read of the tile (cached): checking the tile the
+    dot consumes would move it from shared memory through registers."""
+    v = load_tile(v_ptrs, n_mask, dv_mask, True, MASK_DV, LOAD_IGNORES_OTHER)
+    return tl.sum(v * 0.0, axis=1).to(tl.float32)
+
+
+@triton.jit
+def extend_tile(q, m_i, l_i, acc, n0, hi, q_pos, index_ptr, row_base, k_head_ptr, v_head_ptr, k_stride,
+                v_stride, sm_scale, offs_d, offs_dv, d_mask, dv_mask, BLOCK_N: tl.constexpr, MASKED: tl.constexpr,
+                CAUSAL: tl.constexpr, WINDOW: tl.constexpr, PAGED: tl.constexpr, MASK_D: tl.constexpr,
+                MASK_DV: tl.constexpr, LOGIT_CAP: tl.constexpr, USE_DOT: tl.constexpr, DOT_FP32: tl.constexpr,
+                INDEX_I64: tl.constexpr, LOAD_IGNORES_OTHER: tl.constexpr):  # fmt: skip
+    """Fold keys n0 .. n0 + BLOCK_N of one stream into the block's softmax.
+
+    A full tile (MASKED false) is seen whole by every query row: no masks.
+    A masked tile hides keys by `visibility`. Where that leaves loaded keys
+    some rows cannot see (CAUSAL, a WINDOW), a key whose value row holds an
+    inf or NaN is loaded as zeros (its weight for a row that cannot see it
+    is exactly 0, but 0 * inf is NaN) and scores NaN for the rows that do
+    see it, so their output is NaN: a visible NaN stays visible."""
+    offs_n = n0 + tl.arange(0, BLOCK_N)
+    n_mask = offs_n < hi
+    rows = stream_rows(index_ptr, row_base, offs_n, n_mask, PAGED, MASKED, INDEX_I64, LOAD_IGNORES_OTHER)
+    k_t = load_tile(k_head_ptr + offs_d[:, None] + rows[None, :] * k_stride, d_mask, n_mask, MASK_D, MASKED,
+                    LOAD_IGNORES_OTHER)  # fmt: skip
+    s = capped_scores(q, k_t, sm_scale, LOGIT_CAP, USE_DOT, DOT_FP32)
+    v_ptrs = v_head_ptr + rows[:, None] * v_stride + offs_dv[None, :]
+    if MASKED:
+        visible = visibility(q_pos, offs_n, n_mask, CAUSAL, WINDOW)
+        if CAUSAL or WINDOW > 0:
+            poison = value_poison(v_ptrs, n_mask, dv_mask, MASK_DV, LOAD_IGNORES_OTHER)
+            s = tl.where(visible, s + poison[None, :], float("-inf"))
+            v = load_tile(v_ptrs, n_mask & (poison == 0.0), dv_mask, True, MASK_DV, LOAD_IGNORES_OTHER)
+        else:
+            s = tl.where(visible, s, float("-inf"))
+            v = load_tile(v_ptrs, n_mask, dv_mask, True, MASK_DV, LOAD_IGNORES_OTHER)
+    else:
+        v = load_tile(v_ptrs, n_mask, dv_mask, False, MASK_DV, LOAD_IGNORES_OTHER)
+    m_i, l_i, acc = online_softmax_update(s, v, m_i, l_i, acc, USE_DOT, DOT_FP32)
+    return m_i, l_i, acc
+
+
+@triton.jit
+def extend_stream(q, m_i, l_i, acc, lo, full_lo, full_hi, hi, q_pos, index_ptr, row_base, k_head_ptr,
+                  v_head_ptr, k_stride, v_stride, sm_scale, offs_d, offs_dv, d_mask, dv_mask, BLOCK_N: tl.constexpr,
+                  CAUSAL: tl.constexpr, WINDOW: tl.constexpr, PAGED: tl.constexpr, MASK_D: tl.constexpr,
+                  MASK_DV: tl.constexpr, LOGIT_CAP: tl.constexpr, USE_DOT: tl.constexpr, DOT_FP32: tl.constexpr,
+                  INDEX_I64: tl.constexpr, LOAD_IGNORES_OTHER: tl.constexpr):  # fmt: skip
+    """Keys [lo, hi) of one stream in tiles of BLOCK_N from lo: masked tiles
+    up to the first tile inside [full_lo, full_hi) (a window's edge), full
+    tiles while they stay inside it, masked tiles after (ragged end, causal
+    diagonal). Each part is a loop, even of one trip: Triton stages a loop's
+    loads through shared memory, a straight-line tile's through registers."""
+    head_end = lo + tl.cdiv(tl.maximum(full_lo - lo, 0), BLOCK_N) * BLOCK_N
+    tail_start = head_end + tl.maximum(full_hi - head_end, 0) // BLOCK_N * BLOCK_N
+    if WINDOW > 0:
+        for n0 in range(lo, tl.minimum(head_end, hi), BLOCK_N):
+            m_i, l_i, acc = extend_tile(
+                q, m_i, l_i, acc, n0, hi, q_pos, index_ptr, row_base, k_head_ptr, v_head_ptr, k_stride,
+                v_stride, sm_scale, offs_d, offs_dv, d_mask, dv_mask, BLOCK_N, True, CAUSAL, WINDOW, PAGED, MASK_D,
+                MASK_DV, LOGIT_CAP, USE_DOT, DOT_FP32, INDEX_I64, LOAD_IGNORES_OTHER)  # fmt: skip
+    for n0 in range(head_end, tail_start, BLOCK_N):
+        m_i, l_i, acc = extend_tile(
+            q, m_i, l_i, acc, n0, hi, q_pos, index_ptr, row_base, k_head_ptr, v_head_ptr, k_stride,
+            v_stride, sm_scale, offs_d, offs_dv, d_mask, dv_mask, BLOCK_N, False, CAUSAL, WINDOW, PAGED, MASK_D,
+            MASK_DV, LOGIT_CAP, USE_DOT, DOT_FP32, INDEX_I64, LOAD_IGNORES_OTHER)  # fmt: skip
+    for n0 in range(tail_start, hi, BLOCK_N):
+        m_i, l_i, acc = extend_tile(
+            q, m_i, l_i, acc, n0, hi, q_pos, index_ptr, row_base, k_head_ptr, v_head_ptr, k_stride,
+            v_stride, sm_scale, offs_d, offs_dv, d_mask, dv_mask, BLOCK_N, True, CAUSAL, WINDOW, PAGED, MASK_D,
+            MASK_DV, LOGIT_CAP, USE_DOT, DOT_FP32, INDEX_I64, LOAD_IGNORES_OTHER)  # fmt: skip
+    return m_i, l_i, acc
 
 
 @triton.jit
@@ -69,78 +186,78 @@ def extend_kernel(
     WINDOW: tl.constexpr,
     USE_DOT: tl.constexpr,
     DOT_FP32: tl.constexpr,
+    INDEX_I64: tl.constexpr,
+    LOAD_IGNORES_OTHER: tl.constexpr,
 ):
     b = tl.program_id(0)
     head = tl.program_id(1)
-    m_block = tl.program_id(2)
+    m0 = tl.program_id(2) * BLOCK_M
 
     q_start = tl.load(qo_indptr_ptr + b)
     extend_len = tl.load(qo_indptr_ptr + b + 1) - q_start
-    if m_block * BLOCK_M >= extend_len:
+    if m0 >= extend_len:
         return
     kv_start = tl.load(kv_indptr_ptr + b)
     prefix_len = tl.load(kv_indptr_ptr + b + 1) - kv_start
     kv_head = head // GROUP
+    m_last = tl.minimum(m0 + BLOCK_M, extend_len) - 1  # the block's last real query row
 
-    offs_m = m_block * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_m = m0 + tl.arange(0, BLOCK_M)
     m_mask = offs_m < extend_len
     offs_d = tl.arange(0, BLOCK_D)
     offs_dv = tl.arange(0, BLOCK_DV)
     d_mask = offs_d < HEAD_DIM
     dv_mask = offs_dv < V_DIM
     rows = (q_start + offs_m).to(tl.int64)
+    q = masked_load(q_ptr + rows[:, None] * q_stride_t + head * q_stride_h + offs_d[None, :],
+                    m_mask[:, None] & d_mask[None, :], 0.0, LOAD_IGNORES_OTHER)  # fmt: skip
 
-    q_mask = m_mask[:, None] & d_mask[None, :]
-    q = tl.load(q_ptr + rows[:, None] * q_stride_t + head * q_stride_h + offs_d[None, :], mask=q_mask)
-    q = tl.where(q_mask, q, 0.0)
-
-    m_i = tl.zeros([BLOCK_M], dtype=tl.float32) + NO_SCORE
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_DV], dtype=tl.float32)
 
-    # Stream 1: the cached prefix, keys at positions 0 .. prefix_len - 1.
-    lo = 0
-    if WINDOW > 0:  # the block's first query (position prefix_len + first row) looks WINDOW back
-        lo = tl.maximum(prefix_len + m_block * BLOCK_M - WINDOW, 0)
-    for n0 in range(lo, prefix_len, BLOCK_N):
-        offs_n = n0 + tl.arange(0, BLOCK_N)
-        n_mask = offs_n < prefix_len
-        slot = tl.load(kv_indices_ptr + kv_start + offs_n, mask=n_mask)
-        slot = tl.where(n_mask, slot, 0).to(tl.int64)
-        k_t = load_k_transposed(k_buffer_ptr, slot, kb_stride_s, kv_head * kb_stride_h, offs_d, d_mask, n_mask)
-        s = capped_scores(q, k_t, sm_scale, LOGIT_CAP, USE_DOT, DOT_FP32)
-        visible = m_mask[:, None] & n_mask[None, :]
-        if WINDOW > 0:
-            visible = visible & ((prefix_len + offs_m[:, None]) - offs_n[None, :] <= WINDOW)
-        s = tl.where(visible, s, float("-inf"))
-        v = load_v(v_buffer_ptr, slot, vb_stride_s, kv_head * vb_stride_h, offs_dv, dv_mask, n_mask)
-        m_i, l_i, acc = online_softmax_update(s, v, m_i, l_i, acc, USE_DOT, DOT_FP32)
-
-    # Stream 2: the new tokens themselves, causal; stop at this block's last row.
-    hi = tl.minimum(extend_len, (m_block + 1) * BLOCK_M)
-    lo = 0
+    # Stream 1: the cached prefix, keys at positions 0 .. prefix_len - 1; query
+    # row m sits at position prefix_len + m.
+    lo, full_lo = 0, 0
     if WINDOW > 0:
-        lo = tl.maximum(m_block * BLOCK_M - WINDOW, 0)
-    for n0 in range(lo, hi, BLOCK_N):
-        offs_n = n0 + tl.arange(0, BLOCK_N)
-        n_mask = offs_n < hi
-        keys = (q_start + offs_n).to(tl.int64)
-        k_t = load_k_transposed(k_extend_ptr, keys, ke_stride_t, kv_head * ke_stride_h, offs_d, d_mask, n_mask)
-        s = capped_scores(q, k_t, sm_scale, LOGIT_CAP, USE_DOT, DOT_FP32)
-        visible = m_mask[:, None] & n_mask[None, :] & (offs_n[None, :] <= offs_m[:, None])
-        if WINDOW > 0:
-            visible = visible & (offs_m[:, None] - offs_n[None, :] <= WINDOW)
-        s = tl.where(visible, s, float("-inf"))
-        v = load_v(v_extend_ptr, keys, ve_stride_t, kv_head * ve_stride_h, offs_dv, dv_mask, n_mask)
-        m_i, l_i, acc = online_softmax_update(s, v, m_i, l_i, acc, USE_DOT, DOT_FP32)
+        lo = tl.maximum(prefix_len + m0 - WINDOW, 0)
+        full_lo = prefix_len + m_last - WINDOW
+    m_i, l_i, acc = extend_stream(
+        q, m_i, l_i, acc, lo, full_lo, prefix_len, prefix_len, prefix_len + offs_m,
+        kv_indices_ptr + kv_start, 0, k_buffer_ptr + kv_head * kb_stride_h, v_buffer_ptr + kv_head * vb_stride_h,
+        kb_stride_s, vb_stride_s, sm_scale, offs_d, offs_dv, d_mask, dv_mask, BLOCK_N, False, WINDOW, True,
+        BLOCK_D != HEAD_DIM, BLOCK_DV != V_DIM, LOGIT_CAP, USE_DOT, DOT_FP32, INDEX_I64, LOAD_IGNORES_OTHER)  # fmt: skip
 
-    has_keys = l_i > 0.0
-    out = tl.where(has_keys[:, None], acc / tl.where(has_keys, l_i, 1.0)[:, None], 0.0)
-    o_mask = m_mask[:, None] & dv_mask[None, :]
-    tl.store(o_ptr + rows[:, None] * o_stride_t + head * o_stride_h + offs_dv[None, :], out.to(o_ptr.dtype.element_ty), mask=o_mask)
+    # Stream 2: the new tokens themselves, causal: key n (at prefix_len + n) is
+    # seen by rows m >= n; keys up to m0 by the whole block; none past m_last.
+    lo, full_lo = 0, 0
+    if WINDOW > 0:
+        lo = tl.maximum(m0 - WINDOW, 0)
+        full_lo = m_last - WINDOW
+    m_i, l_i, acc = extend_stream(
+        q, m_i, l_i, acc, lo, full_lo, m0 + 1, m_last + 1, offs_m, kv_indices_ptr, q_start,
+        k_extend_ptr + kv_head * ke_stride_h, v_extend_ptr + kv_head * ve_stride_h, ke_stride_t, ve_stride_t,
+        sm_scale, offs_d, offs_dv, d_mask, dv_mask, BLOCK_N, True, WINDOW, False, BLOCK_D != HEAD_DIM,
+        BLOCK_DV != V_DIM, LOGIT_CAP, USE_DOT, DOT_FP32, INDEX_I64, LOAD_IGNORES_OTHER)  # fmt: skip
+
+    out = finish_rows(acc, l_i)
+    tl.store(o_ptr + rows[:, None] * o_stride_t + head * o_stride_h + offs_dv[None, :], out.to(o_ptr.dtype.element_ty),
+             mask=m_mask[:, None] & dv_mask[None, :])  # fmt: skip
 
 
-def _validate(q, k, v, o, k_buffer, v_buffer, qo_indptr, kv_indptr, kv_indices, max_len_extend, check):
+@plan_cache
+def _cached_plan(dtype, head_dim, v_dim, group, formulation):
+    config = get_config(OP, head_dim=head_dim, group=group)
+    return attention_plan(OP, config, dtype, head_dim, v_dim, group, formulation)
+
+
+def _plan(config, dtype, head_dim, v_dim, group, formulation) -> AttentionPlan:
+    if config is None:
+        return _cached_plan(dtype, head_dim, v_dim, group, formulation)
+    return attention_plan(OP, config, dtype, head_dim, v_dim, group, formulation)
+
+
+def _validate(q, k, v, o, k_buffer, v_buffer, qo_indptr, kv_indptr, kv_indices, max_len_extend):
     for name, t in (("q_extend", q), ("k_extend", k), ("v_extend", v), ("o_extend", o)):
         require_tensor(OP, name, t, ndim=3)
     for name, t in (("qo_indptr", qo_indptr), ("kv_indptr", kv_indptr), ("kv_indices", kv_indices)):
@@ -159,15 +276,12 @@ def _validate(q, k, v, o, k_buffer, v_buffer, qo_indptr, kv_indptr, kv_indices, 
     batch = qo_indptr.numel() - 1
     if batch < 0:
         raise ValueError(f"{OP}: qo_indptr must have batch + 1 entries, got none")
-    if checked_mode(check):
-        qo = check_indptr(OP, "qo_indptr", qo_indptr, batch, q.shape[0], "the token count of q_extend")
-        longest = int((qo[1:] - qo[:-1]).max()) if batch else 0
-        if longest > max_len_extend:
-            raise ValueError(f"{OP}: max_len_extend = {max_len_extend} but a request extends by {longest} tokens")
-        kv = check_indptr(OP, "kv_indptr", kv_indptr, batch, kv_indices.numel(), "len(kv_indices)")
-        check_slots(OP, "kv_indices", kv_indices, k_buffer.shape[0], int(kv[-1]))
-    elif kv_indptr.numel() != batch + 1:
-        raise ValueError(f"{OP}: kv_indptr must have batch + 1 = {batch + 1} entries, got {kv_indptr.numel()}")
+    qo = check_indptr(OP, "qo_indptr", qo_indptr, batch, q.shape[0], "the token count of q_extend")
+    longest = int((qo[1:] - qo[:-1]).max()) if batch else 0
+    if longest > max_len_extend:
+        raise ValueError(f"{OP}: max_len_extend = {max_len_extend} but a request extends by {longest} tokens")
+    kv = check_indptr(OP, "kv_indptr", kv_indptr, batch, kv_indices.numel(), "len(kv_indices)")
+    check_slots(OP, "kv_indices", kv_indices, k_buffer.shape[0], int(kv[-1]))
     return group, batch
 
 
@@ -202,38 +316,43 @@ def extend_attention(
     token count (it sizes the grid; checked mode verifies it). `logit_cap`,
     `sliding_window` and `formulation` as in `decode_attention`. Returns
     `o_extend`.
+
+    ``check=False`` (or ``KUNLUN_TRITON_CHECK=0``) skips every input check,
+    the metadata reads that sync the host included; bad metadata then reads
+    or writes unrelated memory.
     """
-    max_len_extend = require_number(OP, "max_len_extend", max_len_extend, minimum=0, integer=True)
-    group, batch = _validate(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer,
-                             qo_indptr, kv_indptr, kv_indices, max_len_extend, check)
-    sm_scale = require_number(OP, "sm_scale", sm_scale, above=0.0)
-    logit_cap = require_number(OP, "logit_cap", logit_cap or 0.0, minimum=0.0)
-    window = window_constexpr(OP, sliding_window)
+    if checked_mode(check):
+        max_len_extend = require_number(OP, "max_len_extend", max_len_extend, minimum=0, integer=True)
+        group, batch = _validate(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer,
+                                 qo_indptr, kv_indptr, kv_indices, max_len_extend)  # fmt: skip
+        sm_scale = require_number(OP, "sm_scale", sm_scale, above=0.0)
+        logit_cap = require_number(OP, "logit_cap", logit_cap or 0.0, minimum=0.0)
+        window = window_constexpr(OP, sliding_window)
+        tensors = (q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, qo_indptr, kv_indptr, kv_indices)
+    else:
+        group, batch = q_extend.shape[1] // k_buffer.shape[1], qo_indptr.shape[0] - 1
+        sm_scale, logit_cap = float(sm_scale), float(logit_cap or 0.0)
+        window = sliding_window if sliding_window is not None and sliding_window > 0 else 0
+        tensors = (q_extend,)
     tokens, q_heads, head_dim = q_extend.shape
-    v_dim = v_buffer.shape[2]
-    if batch == 0 or tokens == 0 or max_len_extend <= 0:
+    if batch <= 0 or tokens == 0 or max_len_extend <= 0:
         return o_extend
-    if not use_triton(OP, q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, qo_indptr, kv_indptr, kv_indices):
+    if not use_triton(OP, *tensors):
         return reference.extend_attention(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, qo_indptr,
                                           kv_indptr, kv_indices, max_len_extend, sm_scale, logit_cap, window)
 
-    config = get_config(OP, head_dim=head_dim, group=group) if config is None else config
-    form = choose_formulation(OP, q_extend.dtype, config, formulation)
-    block_m = int(config.get("BLOCK_M", 32))
-    block_n = int(config.get("BLOCK_N", 32))
-    if form.use_dot:
-        block_m, block_n = max(block_m, 16), max(block_n, 16)
-    grid = (batch, q_heads, triton.cdiv(max_len_extend, block_m))
-    extend_kernel[grid](
+    v_dim = v_buffer.shape[2]
+    plan = _plan(config, q_extend.dtype, head_dim, v_dim, group, formulation)
+    extend_kernel[(batch, q_heads, cdiv(max_len_extend, plan.block_m))](
         q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, qo_indptr, kv_indptr, kv_indices,
         sm_scale,
         q_extend.stride(0), q_extend.stride(1), k_extend.stride(0), k_extend.stride(1),
         v_extend.stride(0), v_extend.stride(1), o_extend.stride(0), o_extend.stride(1),
         k_buffer.stride(0), k_buffer.stride(1), v_buffer.stride(0), v_buffer.stride(1),
-        GROUP=group, HEAD_DIM=head_dim, V_DIM=v_dim, BLOCK_M=block_m, BLOCK_N=block_n,
-        BLOCK_D=dim_block(head_dim, form), BLOCK_DV=dim_block(v_dim, form),
-        LOGIT_CAP=logit_cap, WINDOW=window,
-        USE_DOT=form.use_dot, DOT_FP32=form.dot_fp32,
-        **launch_options(config),
-    )
+        GROUP=group, HEAD_DIM=head_dim, V_DIM=v_dim, BLOCK_M=plan.block_m, BLOCK_N=plan.block_n,
+        BLOCK_D=plan.block_d, BLOCK_DV=plan.block_dv, LOGIT_CAP=logit_cap, WINDOW=window,
+        USE_DOT=plan.use_dot, DOT_FP32=plan.dot_fp32, INDEX_I64=needs_int64(k_buffer, v_buffer, k_extend, v_extend),
+        LOAD_IGNORES_OTHER=plan.load_ignores_other,
+        **plan.launch,
+    )  # fmt: skip
     return o_extend

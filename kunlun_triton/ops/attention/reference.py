@@ -8,7 +8,13 @@ from the pool by slot id, then an explicit masked softmax in fp32:
     s          = cap * tanh(s / cap)                     (when logit_cap > 0)
     visible    = key_pos[j] <= q_pos[i]                  (causal)
                  and q_pos[i] - key_pos[j] <= window     (when sliding_window > 0)
-    o[i, h]    = softmax_j(s, over visible keys) @ v     (0 where nothing is visible)
+    o[i, h]    = sum over visible j of softmax_j(s)[j] * v[j]   (0 where nothing is visible)
+
+Hidden keys take no part, whatever their values: a NaN or inf in a key or
+value the query cannot see (the causal future, beyond the window) never
+reaches its output (0 * inf is NaN, so hidden keys are left out of the
+weighted sum rather than weighted by 0), while a non-finite value the query
+does see makes its output non-finite, as the arithmetic says.
 
 `sliding_window` follows SGLang's `sliding_window_size` (window_left): a query
 at position i sees keys i - window .. i, that is window + 1 tokens including
@@ -47,8 +53,16 @@ def attend(q, k, v, q_pos, k_pos, sm_scale, logit_cap=0.0, sliding_window=None) 
         visible &= (q_pos[:, None] - k_pos[None, :]) <= window
     scores = scores.masked_fill(~visible[None], float("-inf"))
     probs = torch.softmax(scores, dim=-1)
-    probs = torch.nan_to_num(probs, nan=0.0)  # rows with no visible key
-    return torch.matmul(probs, vf).transpose(0, 1)  # [m, Hq, Dv]
+    # rows with no visible key: softmax of all -inf is NaN; they output 0. (A
+    # NaN score at a visible key keeps its row NaN: no nan_to_num.)
+    probs = probs.masked_fill(~visible.any(-1)[None, :, None], 0.0)
+    bad = ~torch.isfinite(vf).all(-1)  # [Hq, n]: values with an inf or NaN
+    out = torch.matmul(probs, vf.masked_fill(bad[..., None], 0.0))
+    if bad.any():  # the visible ones still count, hidden ones not even as 0 * inf
+        cols = bad.any(0).nonzero().flatten()
+        terms = probs[:, :, cols, None] * vf[:, None, cols, :]  # [Hq, m, bad keys, Dv]
+        out = out + terms.masked_fill(~visible[None, :, cols, None], 0.0).sum(2)
+    return out.transpose(0, 1)  # [m, Hq, Dv]
 
 
 def _slots(kv_indptr, kv_indices, b) -> torch.Tensor:

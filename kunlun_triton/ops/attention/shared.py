@@ -1,17 +1,35 @@
 """What the attention launchers share: the formulation a call uses (and how
-its tl.dot operands are typed), padded tile sizes, and the KV pool checks."""
+its tl.dot operands are typed), the launch plan (every constexpr and launch
+option a config implies, built once per shape class), and the KV pool
+checks."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import torch
-import triton
 
-from ...runtime import capabilities
+from ...runtime import capabilities, launch_options
 from ..validation import require_number, require_same, require_tensor
 
 FORMULATIONS = ("dot", "sum")
+INT32_LIMIT = 2**31
+
+
+def cdiv(a: int, b: int) -> int:
+    """ceil(a / b) for ints (``triton.cdiv`` costs microseconds on the host)."""
+    return -(-a // b)
+
+
+def next_power_of_2(n: int) -> int:
+    return 1 << max(int(n) - 1, 0).bit_length()
+
+
+def needs_int64(*tensors) -> bool:
+    """Whether element offsets into any of `tensors` can pass 2**31 (then the
+    kernels index in int64; a pool's size is fixed, so this never flips
+    mid-serving)."""
+    return any(t.numel() >= INT32_LIMIT for t in tensors)
 
 
 @dataclass(frozen=True)
@@ -39,8 +57,52 @@ def choose_formulation(op: str, dtype: torch.dtype, config: dict, override: str 
 
 def dim_block(size: int, form: Formulation) -> int:
     """Padded power-of-two tile for a head dim (tl.dot needs at least 16)."""
-    block = triton.next_power_of_2(max(size, 1))
+    block = next_power_of_2(max(size, 1))
     return max(block, 16) if form.use_dot else block
+
+
+@dataclass(frozen=True)
+class AttentionPlan:
+    """Everything a launch derives from its config, dtype and head shape."""
+
+    use_dot: bool
+    dot_fp32: bool
+    block_m: int  # extend: query rows per program
+    block_n: int  # keys per tile
+    block_h: int  # decode: query heads of a group per program (padded)
+    block_d: int
+    block_dv: int
+    merge_block_h: int  # decode stage 2: the group, padded (no dot there)
+    merge_block_dv: int
+    min_split_tokens: int  # decode split policy (see decode_attention)
+    target_programs: int
+    max_kv_splits: int
+    load_ignores_other: bool
+    launch: dict
+
+
+def attention_plan(op: str, config: dict, dtype, head_dim: int, v_dim: int, group: int, formulation) -> AttentionPlan:
+    form = choose_formulation(op, dtype, config, formulation)
+    block_m, block_n = int(config.get("BLOCK_M", 32)), int(config.get("BLOCK_N", 32))
+    block_h = next_power_of_2(group)
+    if form.use_dot:  # tl.dot tiles are at least 16 x 16
+        block_m, block_n, block_h = max(block_m, 16), max(block_n, 16), max(block_h, 16)
+    return AttentionPlan(
+        use_dot=form.use_dot,
+        dot_fp32=form.dot_fp32,
+        block_m=block_m,
+        block_n=block_n,
+        block_h=block_h,
+        block_d=dim_block(head_dim, form),
+        block_dv=dim_block(v_dim, form),
+        merge_block_h=next_power_of_2(group),
+        merge_block_dv=next_power_of_2(v_dim),
+        min_split_tokens=max(int(config.get("MIN_SPLIT_TOKENS", 4 * block_n)), 1),
+        target_programs=max(int(config.get("TARGET_PROGRAMS", 64)), 1),
+        max_kv_splits=max(int(config.get("MAX_KV_SPLITS", 16)), 1),
+        load_ignores_other=capabilities().load_ignores_other,
+        launch=launch_options(config),
+    )
 
 
 def window_constexpr(op: str, sliding_window) -> int:

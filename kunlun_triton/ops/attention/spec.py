@@ -15,6 +15,7 @@ from ...testing.paged import decode_batch, extend_batch
 from ..spec import OpCase, OpSpec
 from . import reference
 from .decode_attention import decode_attention
+from .decode_splits import decode_traffic, decode_workspace
 from .extend_attention import extend_attention
 from .store_kv import store_kv
 
@@ -54,10 +55,18 @@ def decode_attention_case(shape, dtype, device) -> OpCase:
                      dtype=dtype, device=device, page_size=shape.get("page_size", 1))  # fmt: skip
     args = d.args()
     total = sum(lens)
+    step = (len(lens), shape["q_heads"], shape["kv_heads"], shape["head_dim"], shape["head_dim"], device)
+    workspace = decode_workspace(*step)  # once per decode step, as SGLang's backend makes it
+
+    def run(config):
+        ws = workspace if config is None else decode_workspace(*step, config=config)
+        return decode_attention(*args, check=False, workspace=ws, config=config)
+
     return OpCase(
-        run=lambda config: decode_attention(*args, check=False, config=config),
+        run=run,
         reference=lambda: reference.decode_attention(*d.args()),
-        dims={"head_dim": shape["head_dim"], "group": shape["q_heads"] // shape["kv_heads"], "batch": len(lens)},
+        # no batch: no constexpr may depend on it (the split policy scales with it at run time)
+        dims={"head_dim": shape["head_dim"], "group": shape["q_heads"] // shape["kv_heads"]},
         bytes_moved=(total * shape["kv_heads"] * 2 * shape["head_dim"] + 2 * d.q.numel()) * _elt(dtype),
         flops=4 * total * shape["q_heads"] * shape["head_dim"],
         args=args,
@@ -109,9 +118,75 @@ def extend_shapes(preset, quick):
             for e in ([32] if quick else [512, 2048])]  # fmt: skip
 
 
-# ---- tune: lookup dims are store_kv (row_width, tokens), decode (head_dim,
-# group, batch), extend (head_dim, group); context and prefix lengths are not
-# lookup dims, so one representative length is tuned.
+# ---- kernels: the launches of one call, planned for the active target on
+# meta tensors (no memory, any size): `OpSpec.kernels`.
+
+
+def _meta(*shape, dtype):
+    return torch.empty(shape, dtype=dtype, device="meta")
+
+
+def store_kv_kernels(shape, dtype, config):
+    from ...testing.launches import meta_kernel_specs, with_loop_items
+
+    tokens, kv_heads, head_dim = shape["tokens"], shape["kv_heads"], shape["head_dim"]
+    k, v = _meta(tokens, kv_heads, head_dim, dtype=dtype), _meta(tokens, kv_heads, head_dim, dtype=dtype)
+    pool = shape.get("slots", max(4 * tokens, 16))
+    k_buffer, v_buffer = _meta(pool, kv_heads, head_dim, dtype=dtype), _meta(pool, kv_heads, head_dim, dtype=dtype)
+    loc = _meta(tokens, dtype=torch.int64)
+    return meta_kernel_specs(lambda: store_kv(k, v, k_buffer, v_buffer, loc, check=False, config=config))
+
+
+def decode_attention_kernels(shape, dtype, config):
+    from ...testing.launches import meta_kernel_specs, with_loop_items
+
+    lens = shape.get("lens") or [shape["context_len"]] * shape["batch"]
+    batch, total = len(lens), sum(lens)
+    q_heads, kv_heads, head_dim = shape["q_heads"], shape["kv_heads"], shape["head_dim"]
+    q, o = _meta(batch, q_heads, head_dim, dtype=dtype), _meta(batch, q_heads, head_dim, dtype=dtype)
+    slots = total + shape.get("page_size", 1)
+    k_buffer, v_buffer = _meta(slots, kv_heads, head_dim, dtype=dtype), _meta(slots, kv_heads, head_dim, dtype=dtype)
+    indptr, indices = _meta(batch + 1, dtype=torch.int32), _meta(total, dtype=torch.int32)
+    specs = meta_kernel_specs(lambda: decode_attention(q, k_buffer, v_buffer, o, indptr, indices, head_dim**-0.5,
+                                                       check=False, config=config))  # fmt: skip
+    return with_loop_items(specs, {"decode_partial_kernel": "BLOCK_N"})
+
+
+def extend_attention_kernels(shape, dtype, config):
+    from ...testing.launches import meta_kernel_specs, with_loop_items
+
+    prefix = shape.get("prefix_lens") or [shape["prefix_len"]] * shape["batch"]
+    extend = shape.get("extend_lens") or [shape["extend_len"]] * shape["batch"]
+    q_heads, kv_heads, head_dim = shape["q_heads"], shape["kv_heads"], shape["head_dim"]
+    tokens, cached = sum(extend), sum(prefix)
+    q, o = _meta(tokens, q_heads, head_dim, dtype=dtype), _meta(tokens, q_heads, head_dim, dtype=dtype)
+    k, v = _meta(tokens, kv_heads, head_dim, dtype=dtype), _meta(tokens, kv_heads, head_dim, dtype=dtype)
+    slots = cached + tokens + shape.get("page_size", 1)
+    k_buffer, v_buffer = _meta(slots, kv_heads, head_dim, dtype=dtype), _meta(slots, kv_heads, head_dim, dtype=dtype)
+    qo_indptr, kv_indptr = _meta(len(extend) + 1, dtype=torch.int32), _meta(len(prefix) + 1, dtype=torch.int32)
+    kv_indices = _meta(cached, dtype=torch.int32)
+    specs = meta_kernel_specs(lambda: extend_attention(q, k, v, o, k_buffer, v_buffer, qo_indptr, kv_indptr,
+                                                       kv_indices, max(extend), head_dim**-0.5, check=False,
+                                                       config=config))  # fmt: skip
+    return with_loop_items(specs, {"extend_kernel": "BLOCK_N"})
+
+
+def decode_attention_traffic(shape, dtype) -> int:
+    """Bytes one call moves as the active target's config splits it."""
+    from .decode_splits import _plan, split_policy, splits_used
+
+    lens = shape.get("lens") or [shape["context_len"]] * shape["batch"]
+    q_heads, kv_heads, head_dim = shape["q_heads"], shape["kv_heads"], shape["head_dim"]
+    plan = _plan(None, dtype, head_dim, head_dim, q_heads // kv_heads, None)
+    tokens, cap = split_policy(plan, len(lens), kv_heads)
+    cap = max(1, min(cap, -(-sum(lens) // tokens)))
+    splits = [splits_used(n, tokens, cap, plan.block_n) for n in lens]
+    return decode_traffic(lens, q_heads, kv_heads, head_dim, head_dim, _elt(dtype), splits)
+
+
+# ---- tune: lookup dims are store_kv (row_width, tokens), decode and extend
+# (head_dim, group); batch sizes and context lengths are not lookup dims (no
+# constexpr depends on them), so tuned configs serve every batch and length.
 
 
 def _with_formulations(candidates: list[dict]) -> list[dict]:
@@ -166,13 +241,16 @@ def extend_tune_shapes(preset, quick):
 
 SPECS = [
     OpSpec("store_kv", "attention", store_kv_case, (({"tokens": 5, "kv_heads": 2, "head_dim": 64}, torch.float16),),
-           store_kv_shapes, bench_dtype=torch.float16, tune_candidates=store_kv_candidates, x_axis="tokens"),
+           store_kv_shapes, bench_dtype=torch.float16, tune_candidates=store_kv_candidates, x_axis="tokens",
+           kernels=store_kv_kernels),
     OpSpec("decode_attention", "attention", decode_attention_case,
            (({"lens": [37, 1, 100], "q_heads": 8, "kv_heads": 2, "head_dim": 128, "page_size": 16}, torch.float16),),
            decode_shapes, bench_dtype=torch.float16, tune_candidates=decode_candidates,
-           tune_shapes=decode_tune_shapes, tolerance_scale=2, x_axis="context_len"),
+           tune_shapes=decode_tune_shapes, tolerance_scale=2, x_axis="context_len", kernels=decode_attention_kernels,
+           traffic=decode_attention_traffic),
     OpSpec("extend_attention", "attention", extend_attention_case,
            (({"prefix_lens": [20, 0], "extend_lens": [9, 24], "q_heads": 8, "kv_heads": 2, "head_dim": 128, "page_size": 16}, torch.float16),),
            extend_shapes, bench_dtype=torch.float16, tune_candidates=extend_candidates,
-           tune_shapes=extend_tune_shapes, tune_keep=extend_keep, tolerance_scale=2, x_axis="prefix_len"),
+           tune_shapes=extend_tune_shapes, tune_keep=extend_keep, tolerance_scale=2, x_axis="prefix_len",
+           kernels=extend_attention_kernels),
 ]  # fmt: skip

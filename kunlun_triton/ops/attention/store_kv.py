@@ -9,12 +9,16 @@ of BLOCK_C; heads may be strided in the source (a slice of a fused qkv
 projection), so the flat column c maps to head c // HEAD_DIM, dim c % HEAD_DIM.
 """
 
+from dataclasses import dataclass
+
 import triton
 import triton.language as tl
 
-from ...runtime import INDEX_DTYPES, get_config, launch_options, use_triton
+from ...runtime import INDEX_DTYPES, capabilities, get_config, launch_options, plan_cache, use_triton
+from ..loads import masked_load
 from ..validation import check_slots, checked_mode, require_same, require_same_device, require_tensor
 from . import reference
+from .shared import next_power_of_2
 
 OP = "store_kv"
 
@@ -33,6 +37,7 @@ def copy_rows_to_slots(
     HEADS: tl.constexpr,
     HEAD_DIM: tl.constexpr,
     BLOCK_C: tl.constexpr,
+    LOAD_IGNORES_OTHER: tl.constexpr,
 ):
     for c0 in range(0, HEADS * HEAD_DIM, BLOCK_C):
         cols = c0 + tl.arange(0, BLOCK_C)
@@ -42,11 +47,11 @@ def copy_rows_to_slots(
         mask = token_mask[:, None] & col_mask[None, :]
         src = src_ptr + tokens[:, None].to(tl.int64) * src_stride_t + (head * src_stride_h + dim)[None, :]
         dst = dst_ptr + loc[:, None].to(tl.int64) * dst_stride_s + (head * dst_stride_h + dim)[None, :]
-        rows = tl.load(src, mask=mask)
+        rows = masked_load(src, mask, 0.0, LOAD_IGNORES_OTHER)  # masked lanes are never stored
         tl.store(dst, rows.to(dst_ptr.dtype.element_ty), mask=mask)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_tokens"])
 def store_kv_kernel(
     k_ptr,
     v_ptr,
@@ -67,19 +72,38 @@ def store_kv_kernel(
     V_DIM: tl.constexpr,
     TOKENS_PER_PROGRAM: tl.constexpr,
     BLOCK_C: tl.constexpr,
+    LOAD_IGNORES_OTHER: tl.constexpr,
 ):
     tokens = tl.program_id(0) * TOKENS_PER_PROGRAM + tl.arange(0, TOKENS_PER_PROGRAM)
     token_mask = tokens < num_tokens
-    loc = tl.load(loc_ptr + tokens, mask=token_mask)
-    loc = tl.where(token_mask, loc, 0)
+    loc = masked_load(loc_ptr + tokens, token_mask, 0, LOAD_IGNORES_OTHER)
     copy_rows_to_slots(
         k_ptr, k_buffer_ptr, loc, tokens, token_mask, k_stride_t, k_stride_h, kb_stride_s, kb_stride_h,
-        HEADS, K_DIM, BLOCK_C,
+        HEADS, K_DIM, BLOCK_C, LOAD_IGNORES_OTHER,
     )
     copy_rows_to_slots(
         v_ptr, v_buffer_ptr, loc, tokens, token_mask, v_stride_t, v_stride_h, vb_stride_s, vb_stride_h,
-        HEADS, V_DIM, BLOCK_C,
+        HEADS, V_DIM, BLOCK_C, LOAD_IGNORES_OTHER,
     )
+
+
+@dataclass(frozen=True)
+class CopyPlan:
+    tokens_per_program: int
+    block_c: int
+    load_ignores_other: bool
+    launch: dict
+
+
+def _copy_plan(width: int, config: dict) -> CopyPlan:
+    per_program = int(config.get("TOKENS_PER_PROGRAM", 4))
+    block_c = min(next_power_of_2(width), int(config.get("MAX_BLOCK_C", 1024)))
+    return CopyPlan(per_program, block_c, capabilities().load_ignores_other, launch_options(config))
+
+
+@plan_cache
+def _cached_plan(row_width: int, tokens: int, width: int) -> CopyPlan:
+    return _copy_plan(width, get_config(OP, row_width=row_width, tokens=tokens))
 
 
 def store_kv(k, v, k_buffer, v_buffer, out_cache_loc, check: bool = True, *, config: dict | None = None) -> None:
@@ -88,36 +112,40 @@ def store_kv(k, v, k_buffer, v_buffer, out_cache_loc, check: bool = True, *, con
     k [tokens, kv_heads, head_dim] and v [tokens, kv_heads, v_head_dim] may
     have strided tokens and heads (views into a fused projection); values are
     cast to the pool's dtype. out_cache_loc [tokens] int32/int64 slot ids,
-    which must be distinct (the write order of duplicates is unspecified);
-    checked mode verifies they lie in the pool.
+    which must be distinct (the write order of duplicates is unspecified).
+
+    ``check=False`` (or ``KUNLUN_TRITON_CHECK=0``) skips every input check,
+    the slot range read (a host sync) included: a slot id outside the pool
+    then writes unrelated memory. SGLang's allocator hands out valid slots.
     """
-    for name, t in (("k", k), ("v", v), ("k_buffer", k_buffer), ("v_buffer", v_buffer)):
-        require_tensor(OP, name, t, ndim=3)
-    require_tensor(OP, "out_cache_loc", out_cache_loc, dtypes=INDEX_DTYPES, ndim=1)
-    require_same(OP, "k_buffer and v_buffer slot/head counts",
-                 k_buffer=tuple(k_buffer.shape[:2]), v_buffer=tuple(v_buffer.shape[:2]))
-    require_same(OP, "k's shape and (tokens, pool kv heads, pool head dim)", k=tuple(k.shape),
-                 expected=(out_cache_loc.numel(), k_buffer.shape[1], k_buffer.shape[2]))
-    require_same(OP, "v's shape and (tokens, pool kv heads, pool v head dim)", v=tuple(v.shape),
-                 expected=(out_cache_loc.numel(), v_buffer.shape[1], v_buffer.shape[2]))
-    require_same_device(OP, k=k, v=v, k_buffer=k_buffer, v_buffer=v_buffer, out_cache_loc=out_cache_loc)
     if checked_mode(check):
+        for name, t in (("k", k), ("v", v), ("k_buffer", k_buffer), ("v_buffer", v_buffer)):
+            require_tensor(OP, name, t, ndim=3)
+        require_tensor(OP, "out_cache_loc", out_cache_loc, dtypes=INDEX_DTYPES, ndim=1)
+        require_same(OP, "k_buffer and v_buffer slot/head counts",
+                     k_buffer=tuple(k_buffer.shape[:2]), v_buffer=tuple(v_buffer.shape[:2]))
+        require_same(OP, "k's shape and (tokens, pool kv heads, pool head dim)", k=tuple(k.shape),
+                     expected=(out_cache_loc.numel(), k_buffer.shape[1], k_buffer.shape[2]))
+        require_same(OP, "v's shape and (tokens, pool kv heads, pool v head dim)", v=tuple(v.shape),
+                     expected=(out_cache_loc.numel(), v_buffer.shape[1], v_buffer.shape[2]))
+        require_same_device(OP, k=k, v=v, k_buffer=k_buffer, v_buffer=v_buffer, out_cache_loc=out_cache_loc)
         check_slots(OP, "out_cache_loc", out_cache_loc, k_buffer.shape[0])
+        tensors = (k, v, k_buffer, v_buffer, out_cache_loc)
+    else:
+        tensors = (k,)
     tokens, heads = k.shape[0], k.shape[1]
     if tokens == 0:
         return
-    if not use_triton(OP, k, v, k_buffer, v_buffer, out_cache_loc):
+    if not use_triton(OP, *tensors):
         reference.store_kv(k, v, k_buffer, v_buffer, out_cache_loc)
         return
-    config = get_config(OP, row_width=heads * k.shape[2], tokens=tokens) if config is None else config
-    per_program = int(config.get("TOKENS_PER_PROGRAM", 4))
     width = heads * max(k.shape[2], v.shape[2])
-    block_c = min(triton.next_power_of_2(width), int(config.get("MAX_BLOCK_C", 1024)))
-    store_kv_kernel[(triton.cdiv(tokens, per_program),)](
+    plan = _cached_plan(heads * k.shape[2], tokens, width) if config is None else _copy_plan(width, config)
+    store_kv_kernel[(-(-tokens // plan.tokens_per_program),)](
         k, v, k_buffer, v_buffer, out_cache_loc, tokens,
         k.stride(0), k.stride(1), v.stride(0), v.stride(1),
         k_buffer.stride(0), k_buffer.stride(1), v_buffer.stride(0), v_buffer.stride(1),
         HEADS=heads, K_DIM=k.shape[2], V_DIM=v.shape[2],
-        TOKENS_PER_PROGRAM=per_program, BLOCK_C=block_c,
-        **launch_options(config),
+        TOKENS_PER_PROGRAM=plan.tokens_per_program, BLOCK_C=plan.block_c,
+        LOAD_IGNORES_OTHER=plan.load_ignores_other, **plan.launch,
     )  # fmt: skip

@@ -1,7 +1,17 @@
-"""Small device functions shared by the decode and extend kernels."""
+"""Device functions shared by the decode and extend kernels.
+
+Tiles come in two kinds. A *full* tile holds only keys every query row of
+the program may see: it is loaded without masks and scored without a
+visibility test, which is what most of a long context is. A *masked* tile
+(the last, ragged tile of a range; the causal diagonal; a sliding window's
+edge) applies the visibility mask to the scores, and keeps non-finite values
+of keys some row cannot see away from that row (`extend_attention`).
+"""
 
 import triton
 import triton.language as tl
+
+from ..loads import masked_load
 
 
 @triton.jit
@@ -53,40 +63,48 @@ def capped_scores(q, k_t, sm_scale, LOGIT_CAP: tl.constexpr, USE_DOT: tl.constex
 
 
 @triton.jit
-def load_k_transposed(ptr, rows, row_stride, head_offset, offs_d, d_mask, n_mask):
-    """K^T tile [D, N] of the int64 `rows` (pool slots or token ids) of one kv
-    head, zero outside the masks: Kunlun's masked loads may ignore `other=`."""
-    mask = d_mask[:, None] & n_mask[None, :]
-    k_t = tl.load(ptr + rows[None, :] * row_stride + head_offset + offs_d[:, None], mask=mask)
-    return tl.where(mask, k_t, 0.0)
-
-
-@triton.jit
-def load_v(ptr, rows, row_stride, head_offset, offs_dv, dv_mask, n_mask):
-    """V tile [N, Dv] of the int64 `rows` of one kv head, zero outside the masks."""
-    mask = n_mask[:, None] & dv_mask[None, :]
-    v = tl.load(ptr + rows[:, None] * row_stride + head_offset + offs_dv[None, :], mask=mask)
-    return tl.where(mask, v, 0.0)
-
-
-# Running max starts finite: a row whose every key so far is masked keeps
-# m = NO_SCORE, so exp(-inf - m) = 0 and the rescale exp(m - m) = 1, never
-# the NaN of exp(-inf - -inf).
-NO_SCORE = tl.constexpr(-1.0e30)
+def load_tile(ptrs, row_mask, col_mask, MASK_ROWS: tl.constexpr, MASK_COLS: tl.constexpr,
+              LOAD_IGNORES_OTHER: tl.constexpr):  # fmt: skip
+    """A [R, C] tile, zero outside `row_mask` [R] x `col_mask` [C]; a
+    constexpr-false MASK_* drops that mask (a full tile, a head dim that is
+    a power of two) so the load carries no predicate for it."""
+    if MASK_ROWS:
+        if MASK_COLS:
+            return masked_load(ptrs, row_mask[:, None] & col_mask[None, :], 0.0, LOAD_IGNORES_OTHER)
+        else:
+            return masked_load(ptrs, row_mask[:, None], 0.0, LOAD_IGNORES_OTHER)
+    else:
+        if MASK_COLS:
+            return masked_load(ptrs, col_mask[None, :], 0.0, LOAD_IGNORES_OTHER)
+        else:
+            return tl.load(ptrs)
 
 
 @triton.jit
 def online_softmax_update(s, v, m_i, l_i, acc, USE_DOT: tl.constexpr, DOT_FP32: tl.constexpr):
-    """Fold one tile of scores s [M, N] (masked keys at -inf) and values
+    """Fold one tile of scores s [M, N] (hidden keys at -inf) and values
     v [N, Dv] into the running max m_i [M], sum l_i [M] and unnormalised
     output acc [M, Dv]:
 
         m' = max(m, max_j s_j);  l' = l e^(m - m') + sum_j e^(s_j - m')
         acc' = acc e^(m - m') + sum_j e^(s_j - m') v_j
-    """
+
+    The running max starts at -inf, so any score, however far below zero
+    (a huge sm_scale), sets it. A row that has seen no key yet has
+    m = m' = -inf; the exponents then use 0 in place of m' (e^(-inf - 0) = 0
+    for the hidden keys and the empty history), never -inf - -inf = NaN."""
     m_new = tl.maximum(m_i, tl.max(s, 1))
-    alpha = tl.exp(m_i - m_new)
-    p = tl.exp(s - m_new[:, None])
+    m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = tl.exp(m_i - m_ref)
+    p = tl.exp(s - m_ref[:, None])
     l_new = l_i * alpha + tl.sum(p, 1)
     acc = acc * alpha[:, None] + weighted_values(p, v, USE_DOT, DOT_FP32)
     return m_new, l_new, acc
+
+
+@triton.jit
+def finish_rows(acc, l_i):
+    """acc / l per row; 0 for a row that saw no key (a NaN sum, from a
+    visible NaN, stays NaN)."""
+    no_keys = l_i == 0.0
+    return tl.where(no_keys[:, None], 0.0, acc / tl.where(no_keys, 1.0, l_i)[:, None])

@@ -10,13 +10,15 @@ launch cost (about 0.6-0.9 us on Kunlun) and, for narrow rows, give each
 program enough bytes in flight. The row width is a constexpr so Kunlun's
 compiler can emit block DMA; row count and row strides are runtime values.
 
-Masked loads never rely on ``other=``: out-of-range lanes are zeroed with
-``tl.where`` after the load, since Kunlun's backend may ignore ``other``.
-All arithmetic is fp32.
+Masked lanes must read as zero (they enter the sum of squares): loads go
+through `masked_load`, which uses ``other=`` where the target honours it
+and ``tl.where`` on Kunlun (LOAD_IGNORES_OTHER). All arithmetic is fp32.
 """
 
 import triton
 import triton.language as tl
+
+from ..loads import masked_load
 
 
 @triton.jit
@@ -33,11 +35,11 @@ def _normalize(total, weight_ptr, cols, mask, eps, N_COLS: tl.constexpr):
     """total * rsqrt(mean(total**2) + eps) * weight, in fp32; `total` is zero where masked."""
     mean_square = tl.sum(total * total, axis=1) / N_COLS
     inv_rms = 1.0 / tl.sqrt(mean_square + eps)
-    weight = tl.load(weight_ptr + cols, mask=cols < N_COLS).to(tl.float32)
+    weight = tl.load(weight_ptr + cols, mask=cols < N_COLS).to(tl.float32)  # masked lanes never stored
     return total * inv_rms[:, None] * weight
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["n_rows"])
 def rms_norm_kernel(
     x_ptr,
     weight_ptr,
@@ -49,16 +51,16 @@ def rms_norm_kernel(
     N_COLS: tl.constexpr,
     BLOCK_COLS: tl.constexpr,
     ROWS_PER_PROGRAM: tl.constexpr,
+    LOAD_IGNORES_OTHER: tl.constexpr,
 ):
     """out[r] = rms_norm(x[r]) * weight for ROWS_PER_PROGRAM rows."""
     rows, cols, mask = _row_tile(tl.program_id(0), n_rows, ROWS_PER_PROGRAM, N_COLS, BLOCK_COLS)
-    x = tl.load(x_ptr + rows * x_row_stride + cols, mask=mask).to(tl.float32)
-    x = tl.where(mask, x, 0.0)
+    x = masked_load(x_ptr + rows * x_row_stride + cols, mask, 0.0, LOAD_IGNORES_OTHER).to(tl.float32)
     y = _normalize(x, weight_ptr, cols, mask, eps, N_COLS)
     tl.store(out_ptr + rows * out_row_stride + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["n_rows"])
 def fused_add_rms_norm_kernel(
     x_ptr,
     residual_ptr,
@@ -72,6 +74,7 @@ def fused_add_rms_norm_kernel(
     N_COLS: tl.constexpr,
     BLOCK_COLS: tl.constexpr,
     ROWS_PER_PROGRAM: tl.constexpr,
+    LOAD_IGNORES_OTHER: tl.constexpr,
 ):
     """residual[r] = x[r] + residual[r] (in place); out[r] = rms_norm(that sum) * weight.
 
@@ -80,10 +83,10 @@ def fused_add_rms_norm_kernel(
     before any store, so `out` may alias `x` (SGLang's CUDA path overwrites x).
     """
     rows, cols, mask = _row_tile(tl.program_id(0), n_rows, ROWS_PER_PROGRAM, N_COLS, BLOCK_COLS)
-    x = tl.load(x_ptr + rows * x_row_stride + cols, mask=mask).to(tl.float32)
+    x = masked_load(x_ptr + rows * x_row_stride + cols, mask, 0.0, LOAD_IGNORES_OTHER).to(tl.float32)
     residual_ptrs = residual_ptr + rows * residual_row_stride + cols
-    residual = tl.load(residual_ptrs, mask=mask).to(tl.float32)
-    total = tl.where(mask, x + residual, 0.0)
+    residual = masked_load(residual_ptrs, mask, 0.0, LOAD_IGNORES_OTHER).to(tl.float32)
+    total = x + residual
     tl.store(residual_ptrs, total.to(residual_ptr.dtype.element_ty), mask=mask)
     y = _normalize(total, weight_ptr, cols, mask, eps, N_COLS)
     tl.store(out_ptr + rows * out_row_stride + cols, y.to(out_ptr.dtype.element_ty), mask=mask)

@@ -16,11 +16,20 @@ writes it).
 
 from __future__ import annotations
 
-import torch
-import triton
+from dataclasses import dataclass
 
-from ...runtime import get_config, launch_options, use_triton
-from ..validation import as_rows, power_of_two_at_most, require_number, require_same, require_same_device, require_tensor
+import torch
+
+from ...runtime import capabilities, get_config, launch_options, plan_cache, use_triton
+from ..validation import (
+    as_rows,
+    checked_mode,
+    power_of_two_at_most,
+    require_number,
+    require_same,
+    require_same_device,
+    require_tensor,
+)
 from . import kernels, reference
 
 # One program holds whole rows in one tile; wider rows would need a looped
@@ -41,41 +50,69 @@ def _check_common(op: str, x, weight, eps) -> float:
     return require_number(op, "eps", eps, minimum=0.0)
 
 
-def _launch_shape(op: str, width: int, config: dict | None) -> tuple[dict, int, int]:
-    """(config, BLOCK_COLS, ROWS_PER_PROGRAM) for rows `width` wide."""
-    config = get_config(op, hidden_size=width) if config is None else config
-    block_cols = triton.next_power_of_2(width)
+@dataclass(frozen=True)
+class RowPlan:
+    block_cols: int  # the row width padded to a power of two
+    rows_per_program: int
+    load_ignores_other: bool
+    launch: dict
+
+
+def _row_plan(width: int, config: dict) -> RowPlan:
+    block_cols = 1 << max(width - 1, 0).bit_length()
     rows = power_of_two_at_most(config.get("ROWS_PER_PROGRAM", 1))
     rows = max(1, min(rows, MAX_TILE_ELEMENTS // block_cols))
-    return config, block_cols, rows
+    return RowPlan(block_cols, rows, capabilities().load_ignores_other, launch_options(config))
 
 
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *, config: dict | None = None) -> torch.Tensor:
+@plan_cache
+def _cached_plan(op: str, width: int) -> RowPlan:
+    return _row_plan(width, get_config(op, hidden_size=width))
+
+
+def _launch(op: str, kernel, x_rows, residual_rows, weight, out_rows, eps: float, config) -> None:
+    """One launch of `kernel` over rows `x_rows` [n, width] (the plan cached
+    per op and width unless `config` is explicit)."""
+    n_rows, width = x_rows.shape
+    if n_rows == 0:
+        return
+    plan = _cached_plan(op, width) if config is None else _row_plan(width, config)
+    grid = (-(-n_rows // plan.rows_per_program),)
+    strides = (x_rows.stride(0), out_rows.stride(0))
+    inputs = (x_rows, weight, out_rows)
+    if residual_rows is not None:
+        strides = (x_rows.stride(0), residual_rows.stride(0), out_rows.stride(0))
+        inputs = (x_rows, residual_rows, weight, out_rows)
+    kernel[grid](
+        *inputs, n_rows, *strides, eps,
+        N_COLS=width, BLOCK_COLS=plan.block_cols, ROWS_PER_PROGRAM=plan.rows_per_program,
+        LOAD_IGNORES_OTHER=plan.load_ignores_other, **plan.launch,
+    )  # fmt: skip
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *, check: bool = True,
+             config: dict | None = None) -> torch.Tensor:  # fmt: skip
     """RMSNorm over the last dim: ``x / sqrt(mean(x**2) + eps) * weight``, fp32 inside.
 
     x: [..., hidden] (rows may be strided; last dim contiguous); weight: [hidden].
     Returns a new contiguous tensor of x's shape and dtype. `config`: an
     explicit launch config (default: looked up in ``autotune_configs/``).
+    ``check=False`` (or ``KUNLUN_TRITON_CHECK=0``) skips the input checks:
+    a weight shorter than the rows is then read past its end.
     """
     op = "rms_norm"
-    eps = _check_common(op, x, weight, eps)
-    require_same_device(op, x=x, weight=weight)
-    if not use_triton(op, x, weight):
+    if checked_mode(check):
+        eps = _check_common(op, x, weight, eps)
+        require_same_device(op, x=x, weight=weight)
+        tensors = (x, weight)
+    else:
+        tensors = (x,)
+    if not use_triton(op, *tensors):
         return reference.rms_norm(x, weight, eps)
-
     x_rows = as_rows(op, "x", x)
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    out_rows = out.view(-1, x.shape[-1])
-    n_rows, width = x_rows.shape
-    if n_rows == 0:
-        return out
-    config, block_cols, rows_per_program = _launch_shape(op, width, config)
-    grid = (triton.cdiv(n_rows, rows_per_program),)
-    kernels.rms_norm_kernel[grid](
-        x_rows, weight, out_rows, n_rows, x_rows.stride(0), out_rows.stride(0), eps,
-        N_COLS=width, BLOCK_COLS=block_cols, ROWS_PER_PROGRAM=rows_per_program,
-        **launch_options(config),
-    )  # fmt: skip
+    out_rows = out if x_rows is x else out.view(-1, x.shape[-1])
+    _launch(op, kernels.rms_norm_kernel, x_rows, None, weight, out_rows, eps, config)
     return out
 
 
@@ -86,6 +123,7 @@ def fused_add_rms_norm(
     eps: float = 1e-6,
     out: torch.Tensor | None = None,
     *,
+    check: bool = True,
     config: dict | None = None,
 ) -> torch.Tensor:
     """``residual += x`` in place, then return RMSNorm of that sum (fp32 inside).
@@ -94,35 +132,28 @@ def fused_add_rms_norm(
     into ``residual``, like SGLang. x and residual: [..., hidden], same shape
     and dtype, rows may be strided. The result goes to a new tensor, or to
     ``out`` (which may be ``x`` itself, as sgl_kernel does) and is returned.
+    ``check=False`` (or ``KUNLUN_TRITON_CHECK=0``) skips the input checks.
     """
     op = "fused_add_rms_norm"
-    eps = _check_common(op, x, weight, eps)
-    require_tensor(op, "residual", residual)
-    require_same(op, "x's and residual's shapes", x=tuple(x.shape), residual=tuple(residual.shape))
-    if residual.dtype != x.dtype:
-        raise TypeError(f"{op}: residual has dtype {residual.dtype} but x has {x.dtype}")
-    if out is not None:
-        require_tensor(op, "out", out)
-        require_same(op, "out's and x's shapes and dtypes", out=(tuple(out.shape), out.dtype), x=(tuple(x.shape), x.dtype))
-    require_same_device(op, x=x, residual=residual, weight=weight, out=out)
+    if checked_mode(check):
+        eps = _check_common(op, x, weight, eps)
+        require_tensor(op, "residual", residual)
+        require_same(op, "x's and residual's shapes", x=tuple(x.shape), residual=tuple(residual.shape))
+        if residual.dtype != x.dtype:
+            raise TypeError(f"{op}: residual has dtype {residual.dtype} but x has {x.dtype}")
+        if out is not None:
+            require_tensor(op, "out", out)
+            require_same(op, "out's and x's shapes and dtypes", out=(tuple(out.shape), out.dtype), x=(tuple(x.shape), x.dtype))
+        require_same_device(op, x=x, residual=residual, weight=weight, out=out)
+        tensors = (x, residual, weight)
+    else:
+        tensors = (x,)
     residual_rows = as_rows(op, "residual", residual, writable=True)
     out_rows = None if out is None else as_rows(op, "out", out, writable=True)
-    if not use_triton(op, x, residual, weight):
+    if not use_triton(op, *tensors):
         return reference.fused_add_rms_norm(x, residual, weight, eps, out=out)
-
-    x_rows = as_rows(op, "x", x)
     if out is None:
         out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-        out_rows = out.view(-1, x.shape[-1])
-    n_rows, width = x_rows.shape
-    if n_rows == 0:
-        return out
-    config, block_cols, rows_per_program = _launch_shape(op, width, config)
-    grid = (triton.cdiv(n_rows, rows_per_program),)
-    kernels.fused_add_rms_norm_kernel[grid](
-        x_rows, residual_rows, weight, out_rows, n_rows,
-        x_rows.stride(0), residual_rows.stride(0), out_rows.stride(0), eps,
-        N_COLS=width, BLOCK_COLS=block_cols, ROWS_PER_PROGRAM=rows_per_program,
-        **launch_options(config),
-    )  # fmt: skip
+        out_rows = out if out.dim() == 2 else out.view(-1, x.shape[-1])
+    _launch(op, kernels.fused_add_rms_norm_kernel, as_rows(op, "x", x), residual_rows, weight, out_rows, eps, config)
     return out

@@ -1,6 +1,7 @@
 """Specs of the RMSNorm ops for doctor, bench and tune (see `ops.spec`).
 
-Bytes are the ideal traffic: rms_norm reads x and writes out; fused_add_rms_norm
+Cases run the ops unchecked, as SGLang's layers call them. Bytes are the
+ideal traffic: rms_norm reads x and writes out; fused_add_rms_norm
 reads x and residual and writes residual and out (the weight is noise). The
 target: >= 90% of the card's peak HBM bandwidth at hidden 4096-8192 and
 4k-64k rows.
@@ -9,13 +10,13 @@ target: >= 90% of the card's peak HBM bandwidth at hidden 4096-8192 and
 from __future__ import annotations
 
 import torch
-import triton
 
+from ...runtime import FLOAT_DTYPES
 from ..spec import OpCase, OpSpec
 from . import reference
 from .ops import MAX_TILE_ELEMENTS, fused_add_rms_norm, rms_norm
 
-DOCTOR = tuple(({"rows": 6, "hidden_size": 96, "strided": True}, d) for d in (torch.float32, torch.float16, torch.bfloat16))
+DOCTOR = tuple(({"rows": 6, "hidden_size": 96, "strided": True}, d) for d in FLOAT_DTYPES)
 
 
 def _inputs(shape, dtype, device):
@@ -37,7 +38,7 @@ def _bytes(shape, dtype, passes: int) -> int:
 def rms_norm_case(shape, dtype, device) -> OpCase:
     x, _, weight = _inputs(shape, dtype, device)
     return OpCase(
-        run=lambda config: rms_norm(x, weight, config=config),
+        run=lambda config: rms_norm(x, weight, check=False, config=config),
         reference=lambda: reference.rms_norm(x, weight),
         dims={"hidden_size": shape["hidden_size"]},
         bytes_moved=_bytes(shape, dtype, 2),
@@ -48,11 +49,28 @@ def fused_add_rms_norm_case(shape, dtype, device) -> OpCase:
     x, residual, weight = _inputs(shape, dtype, device)
     # Compared: the output and the residual after the in-place add.
     return OpCase(
-        run=lambda config: (fused_add_rms_norm(x, residual, weight, config=config), residual),
+        run=lambda config: (fused_add_rms_norm(x, residual, weight, check=False, config=config), residual),
         reference=lambda: (reference.fused_add_rms_norm(x, residual, weight), residual),
         dims={"hidden_size": shape["hidden_size"]},
         bytes_moved=_bytes(shape, dtype, 4),
     )
+
+
+def _kernels(fused: bool):
+    def kernels(shape, dtype, config):
+        """The launch of one call on meta tensors, planned for the active target."""
+        from ...testing.launches import meta_kernel_specs
+
+        rows, hidden = shape["rows"], shape["hidden_size"]
+        pad = 8 if shape.get("strided") else 0
+        x = torch.empty(rows, hidden + pad, dtype=dtype, device="meta")[:, :hidden]
+        weight = torch.empty(hidden, dtype=dtype, device="meta")
+        if fused:
+            residual = torch.empty(rows, hidden, dtype=dtype, device="meta")
+            return meta_kernel_specs(lambda: fused_add_rms_norm(x, residual, weight, config=config))
+        return meta_kernel_specs(lambda: rms_norm(x, weight, config=config))
+
+    return kernels
 
 
 def bench_shapes(preset, quick: bool) -> list[dict]:
@@ -66,7 +84,7 @@ def tune_candidates(quick: bool) -> list[dict]:
 
 def tune_keep(candidate, shape) -> bool:
     # the op clamps bigger tiles: the config timed would not be this one
-    return candidate["ROWS_PER_PROGRAM"] * triton.next_power_of_2(shape["hidden_size"]) <= MAX_TILE_ELEMENTS
+    return candidate["ROWS_PER_PROGRAM"] * (1 << (shape["hidden_size"] - 1).bit_length()) <= MAX_TILE_ELEMENTS
 
 
 def tune_shapes(preset, quick: bool) -> list[dict]:
@@ -75,7 +93,8 @@ def tune_shapes(preset, quick: bool) -> list[dict]:
 
 SPECS = [
     OpSpec("rms_norm", "norm", rms_norm_case, DOCTOR, bench_shapes, tune_candidates=tune_candidates,
-           tune_shapes=tune_shapes, tune_keep=tune_keep, x_axis="rows"),
+           tune_shapes=tune_shapes, tune_keep=tune_keep, x_axis="rows", kernels=_kernels(False)),
     OpSpec("fused_add_rms_norm", "norm", fused_add_rms_norm_case, DOCTOR, bench_shapes,
-           tune_candidates=tune_candidates, tune_shapes=tune_shapes, tune_keep=tune_keep, x_axis="rows"),
+           tune_candidates=tune_candidates, tune_shapes=tune_shapes, tune_keep=tune_keep, x_axis="rows",
+           kernels=_kernels(True)),
 ]  # fmt: skip

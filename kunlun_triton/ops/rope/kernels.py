@@ -17,11 +17,14 @@ head groups give a decode batch of one token enough programs; on Kunlun,
 HEADS_PER_PROGRAM covering every head makes one program per token tile, so
 cos/sin are read once per token and launches stay few. Masked lanes are never
 stored, and positions of masked tokens are zeroed before they index the cache,
-so no correctness rests on ``other=``. Maths in fp32.
+so no correctness rests on ``other=``; loads go through `masked_load`
+(``tl.where`` only where the target ignores ``other=``). Maths in fp32.
 """
 
 import triton
 import triton.language as tl
+
+from ..loads import masked_load
 
 
 @triton.jit
@@ -38,6 +41,7 @@ def _rotate_heads(
     end_head,
     ROT_HALF: tl.constexpr,
     IS_NEOX: tl.constexpr,
+    LOAD_IGNORES_OTHER: tl.constexpr,
 ):
     """Rotate heads [first_head, end_head) of one tensor for a token tile."""
     if IS_NEOX:
@@ -46,15 +50,15 @@ def _rotate_heads(
         first, second = 2 * half, 2 * half + 1
     for head in range(first_head, end_head):
         row_ptr = base_ptr + tokens * token_stride + head * head_stride
-        x1 = tl.load(row_ptr + first, mask=mask).to(tl.float32)
-        x2 = tl.load(row_ptr + second, mask=mask).to(tl.float32)
+        x1 = masked_load(row_ptr + first, mask, 0.0, LOAD_IGNORES_OTHER).to(tl.float32)
+        x2 = masked_load(row_ptr + second, mask, 0.0, LOAD_IGNORES_OTHER).to(tl.float32)
         y1 = x1 * cos - x2 * sin
         y2 = x2 * cos + x1 * sin
         tl.store(row_ptr + first, y1.to(base_ptr.dtype.element_ty), mask=mask)
         tl.store(row_ptr + second, y2.to(base_ptr.dtype.element_ty), mask=mask)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["n_tokens"])
 def rotary_embedding_kernel(
     positions_ptr,
     query_ptr,
@@ -73,6 +77,7 @@ def rotary_embedding_kernel(
     IS_NEOX: tl.constexpr,
     TOKENS_PER_PROGRAM: tl.constexpr,
     HEADS_PER_PROGRAM: tl.constexpr,
+    LOAD_IGNORES_OTHER: tl.constexpr,
 ):
     """Rotate a token tile's share of the NUM_Q_HEADS query heads followed by
     the NUM_K_HEADS key heads (0: no key)."""
@@ -80,13 +85,12 @@ def rotary_embedding_kernel(
     half = tl.arange(0, BLOCK_HALF)[None, :]
     token_mask = tokens < n_tokens
     mask = token_mask & (half < ROT_HALF)
-    positions = tl.load(positions_ptr + tokens, mask=token_mask)
-    positions = tl.where(token_mask, positions, 0).to(tl.int64)
+    positions = masked_load(positions_ptr + tokens, token_mask, 0, LOAD_IGNORES_OTHER).to(tl.int64)
     tokens = tokens.to(tl.int64)
 
     cos_ptrs = cos_sin_ptr + positions * cos_sin_row_stride + half
-    cos = tl.load(cos_ptrs, mask=mask).to(tl.float32)
-    sin = tl.load(cos_ptrs + ROT_HALF, mask=mask).to(tl.float32)
+    cos = masked_load(cos_ptrs, mask, 0.0, LOAD_IGNORES_OTHER).to(tl.float32)
+    sin = masked_load(cos_ptrs + ROT_HALF, mask, 0.0, LOAD_IGNORES_OTHER).to(tl.float32)
 
     # This program's heads [start, start + HEADS_PER_PROGRAM) of the sequence
     # q_0 .. q_{NUM_Q_HEADS-1}, k_0 .. k_{NUM_K_HEADS-1}, split per tensor.
@@ -96,6 +100,6 @@ def rotary_embedding_kernel(
     k_first = tl.minimum(tl.maximum(start - NUM_Q_HEADS, 0), NUM_K_HEADS)
     k_end = tl.minimum(tl.maximum(end - NUM_Q_HEADS, 0), NUM_K_HEADS)
     _rotate_heads(query_ptr, tokens, query_token_stride, query_head_stride, cos, sin, mask, half,
-                  q_first, q_end, ROT_HALF, IS_NEOX)  # fmt: skip
+                  q_first, q_end, ROT_HALF, IS_NEOX, LOAD_IGNORES_OTHER)  # fmt: skip
     _rotate_heads(key_ptr, tokens, key_token_stride, key_head_stride, cos, sin, mask, half,
-                  k_first, k_end, ROT_HALF, IS_NEOX)  # fmt: skip
+                  k_first, k_end, ROT_HALF, IS_NEOX, LOAD_IGNORES_OTHER)  # fmt: skip

@@ -11,11 +11,12 @@ head_size (the tail of each head is left untouched).
 
 from __future__ import annotations
 
-import torch
-import triton
+from dataclasses import dataclass
 
-from ...runtime import INDEX_DTYPES, get_config, launch_options, use_triton
-from ..validation import power_of_two_at_most, require_number, require_same_device, require_tensor
+import torch
+
+from ...runtime import INDEX_DTYPES, capabilities, get_config, launch_options, plan_cache, use_triton
+from ..validation import checked_mode, power_of_two_at_most, require_number, require_same_device, require_tensor
 from . import kernels, reference
 
 OP = "rotary_embedding"
@@ -34,6 +35,32 @@ def _heads_layout(x: torch.Tensor, name: str, head_size: int, n_tokens: int) -> 
         return x.shape[1], x.stride(0), x.stride(1)
     if x.shape[1] % head_size:
         raise ValueError(f"{OP}: {name} rows are {x.shape[1]} wide, not a multiple of head_size {head_size}")
+    return x.shape[1] // head_size, x.stride(0), head_size
+
+
+@dataclass(frozen=True)
+class RopePlan:
+    tokens_per_program: int
+    heads_per_program: int
+    load_ignores_other: bool
+    launch: dict
+
+
+def _rope_plan(num_heads: int, config: dict) -> RopePlan:
+    tokens = power_of_two_at_most(config.get("TOKENS_PER_PROGRAM", 1))
+    heads = max(1, min(int(config.get("HEADS_PER_PROGRAM", num_heads)), num_heads))
+    return RopePlan(tokens, heads, capabilities().load_ignores_other, launch_options(config))
+
+
+@plan_cache
+def _cached_plan(head_size: int, tokens: int, num_heads: int) -> RopePlan:
+    return _rope_plan(num_heads, get_config(OP, head_size=head_size, tokens=tokens))
+
+
+def _layout(x: torch.Tensor, head_size: int) -> tuple[int, int, int]:
+    """`_heads_layout` without the checks."""
+    if x.dim() == 3:
+        return x.shape[1], x.stride(0), x.stride(1)
     return x.shape[1] // head_size, x.stride(0), head_size
 
 
@@ -58,52 +85,60 @@ def rotary_embedding(
     is_neox: bool,
     check_positions: bool = True,
     *,
+    check: bool = True,
     config: dict | None = None,
 ):
     """Rotate query and key in place by the cos/sin rows of their positions.
 
     positions: [tokens] int32/int64; is_neox: NeoX (halves) or GPT-J
     (interleaved pairs) layout. ``check_positions=False`` skips the range
-    check (a device-to-host read) for callers that guarantee it.
+    check (a device-to-host read) for callers that guarantee it;
+    ``check=False`` (or ``KUNLUN_TRITON_CHECK=0``) skips every input check,
+    and a position outside the cache then reads unrelated memory.
     Returns (query, key), the same tensors.
     """
-    require_tensor(OP, "positions", positions, dtypes=INDEX_DTYPES, ndim=1)
-    head_size = require_number(OP, "head_size", head_size, above=0, integer=True)
-    n_tokens = positions.shape[0]
-    num_q_heads, q_token_stride, q_head_stride = _heads_layout(query, "query", head_size, n_tokens)
-    num_k_heads, k_token_stride, k_head_stride = 0, 0, 0
-    if key is not None:
-        num_k_heads, k_token_stride, k_head_stride = _heads_layout(key, "key", head_size, n_tokens)
-        if key.dtype != query.dtype:
-            raise TypeError(f"{OP}: key has dtype {key.dtype} but query has {query.dtype}")
-    require_tensor(OP, "cos_sin_cache", cos_sin_cache, ndim=2)
-    rotary_dim = cos_sin_cache.shape[1]
-    if rotary_dim % 2 or not 0 < rotary_dim <= head_size:
-        raise ValueError(
-            f"{OP}: cos_sin_cache rows ([cos | sin]) must be even and at most head_size {head_size}, got {rotary_dim}"
-        )
-    if not isinstance(is_neox, bool):
-        raise TypeError(f"{OP}: is_neox must be a bool, got {type(is_neox).__name__}")
-    require_same_device(OP, query=query, positions=positions, key=key, cos_sin_cache=cos_sin_cache)
-    if check_positions:
-        _check_positions_in_range(positions, cos_sin_cache.shape[0])
+    if checked_mode(check):
+        require_tensor(OP, "positions", positions, dtypes=INDEX_DTYPES, ndim=1)
+        head_size = require_number(OP, "head_size", head_size, above=0, integer=True)
+        n_tokens = positions.shape[0]
+        num_q_heads, q_token_stride, q_head_stride = _heads_layout(query, "query", head_size, n_tokens)
+        num_k_heads, k_token_stride, k_head_stride = 0, 0, 0
+        if key is not None:
+            num_k_heads, k_token_stride, k_head_stride = _heads_layout(key, "key", head_size, n_tokens)
+            if key.dtype != query.dtype:
+                raise TypeError(f"{OP}: key has dtype {key.dtype} but query has {query.dtype}")
+        require_tensor(OP, "cos_sin_cache", cos_sin_cache, ndim=2)
+        rotary_dim = cos_sin_cache.shape[1]
+        if rotary_dim % 2 or not 0 < rotary_dim <= head_size:
+            raise ValueError(
+                f"{OP}: cos_sin_cache rows ([cos | sin]) must be even and at most head_size {head_size}, got {rotary_dim}"
+            )
+        if not isinstance(is_neox, bool):
+            raise TypeError(f"{OP}: is_neox must be a bool, got {type(is_neox).__name__}")
+        require_same_device(OP, query=query, positions=positions, key=key, cos_sin_cache=cos_sin_cache)
+        if check_positions:
+            _check_positions_in_range(positions, cos_sin_cache.shape[0])
+        tensors = (positions, query, key, cos_sin_cache)
+    else:
+        n_tokens, rotary_dim = positions.shape[0], cos_sin_cache.shape[1]
+        num_q_heads, q_token_stride, q_head_stride = _layout(query, head_size)
+        num_k_heads, k_token_stride, k_head_stride = (0, 0, 0) if key is None else _layout(key, head_size)
+        tensors = (query,)
 
-    if not use_triton(OP, positions, query, key, cos_sin_cache):
+    if not use_triton(OP, *tensors):
         return reference.rotary_embedding(positions, query, key, head_size, cos_sin_cache, is_neox)
     if n_tokens == 0:
         return query, key
-    config = get_config(OP, head_size=head_size, tokens=n_tokens) if config is None else config
-    tokens_per_program = power_of_two_at_most(config.get("TOKENS_PER_PROGRAM", 1))
     num_heads = num_q_heads + num_k_heads
-    heads_per_program = max(1, min(int(config.get("HEADS_PER_PROGRAM", num_heads)), num_heads))
+    plan = _cached_plan(head_size, n_tokens, num_heads) if config is None else _rope_plan(num_heads, config)
     rot_half = rotary_dim // 2
-    grid = (triton.cdiv(n_tokens, tokens_per_program), triton.cdiv(num_heads, heads_per_program))
+    grid = (-(-n_tokens // plan.tokens_per_program), -(-num_heads // plan.heads_per_program))
     kernels.rotary_embedding_kernel[grid](
         positions, query, query if key is None else key, cos_sin_cache, n_tokens,
         q_token_stride, q_head_stride, k_token_stride, k_head_stride, cos_sin_cache.stride(0),
         NUM_Q_HEADS=num_q_heads, NUM_K_HEADS=num_k_heads, ROT_HALF=rot_half,
-        BLOCK_HALF=triton.next_power_of_2(rot_half), IS_NEOX=is_neox, TOKENS_PER_PROGRAM=tokens_per_program,
-        HEADS_PER_PROGRAM=heads_per_program,
-        **launch_options(config),
+        BLOCK_HALF=1 << max(rot_half - 1, 0).bit_length(), IS_NEOX=is_neox,
+        TOKENS_PER_PROGRAM=plan.tokens_per_program, HEADS_PER_PROGRAM=plan.heads_per_program,
+        LOAD_IGNORES_OTHER=plan.load_ignores_other, **plan.launch,
     )  # fmt: skip
     return query, key

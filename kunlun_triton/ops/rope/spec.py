@@ -10,6 +10,7 @@ import itertools
 
 import torch
 
+from ...runtime import FLOAT_DTYPES
 from ..spec import OpCase, OpSpec
 from . import reference
 from .ops import rotary_embedding
@@ -24,7 +25,7 @@ def cos_sin_cache(rotary_dim: int, max_position: int, base: float, dtype, device
 
 # q and k slices of one qkv buffer, partial rotary dim (64 of 96), both layouts.
 _DOCTOR_SHAPE = {"tokens": 7, "q_heads": 4, "kv_heads": 2, "head_dim": 96, "rotary_dim": 64, "neox": True}
-DOCTOR = tuple((_DOCTOR_SHAPE, d) for d in (torch.float32, torch.float16, torch.bfloat16)) + (
+DOCTOR = tuple((_DOCTOR_SHAPE, d) for d in FLOAT_DTYPES) + (
     ({**_DOCTOR_SHAPE, "neox": False}, torch.bfloat16),
 )
 
@@ -42,11 +43,26 @@ def rotary_embedding_case(shape, dtype, device) -> OpCase:
     args = (positions, query, key, head_dim, cache, shape.get("neox", True))
     elt = torch.empty((), dtype=dtype).element_size()
     return OpCase(
-        run=lambda config: rotary_embedding(*args, check_positions=False, config=config),
+        run=lambda config: rotary_embedding(*args, check=False, config=config),
         reference=lambda: reference.rotary_embedding(*args),
         dims={"head_size": head_dim, "tokens": tokens},
         bytes_moved=2 * tokens * (q_heads + kv_heads) * rotary_dim * elt + tokens * (rotary_dim * 4 + 8),
     )
+
+
+def rotary_embedding_kernels(shape, dtype, config):
+    """The launch of one call on meta tensors, planned for the active target."""
+    from ...testing.launches import meta_kernel_specs
+
+    tokens, q_heads, kv_heads, head_dim = shape["tokens"], shape["q_heads"], shape["kv_heads"], shape["head_dim"]
+    qkv = torch.empty(tokens, (q_heads + 2 * kv_heads) * head_dim, dtype=dtype, device="meta")
+    query, key, _ = qkv.split([q_heads * head_dim, kv_heads * head_dim, kv_heads * head_dim], dim=-1)
+    key = key.view(tokens, kv_heads, head_dim)
+    positions = torch.empty(tokens, dtype=torch.int64, device="meta")
+    cache = torch.empty(shape.get("max_position", 4096), shape.get("rotary_dim", head_dim), dtype=torch.float32,
+                        device="meta")  # fmt: skip
+    return meta_kernel_specs(lambda: rotary_embedding(positions, query, key, head_dim, cache, shape.get("neox", True),
+                                                      check_positions=False, config=config))  # fmt: skip
 
 
 def bench_shapes(preset, quick: bool) -> list[dict]:
@@ -68,5 +84,5 @@ def tune_candidates(quick: bool) -> list[dict]:
 
 SPECS = [
     OpSpec("rotary_embedding", "rope", rotary_embedding_case, DOCTOR, bench_shapes, tune_candidates=tune_candidates,
-           x_axis="tokens"),
+           x_axis="tokens", kernels=rotary_embedding_kernels),
 ]  # fmt: skip

@@ -41,9 +41,7 @@ import operator
 
 import torch
 
-from ...runtime import capabilities, current_target, get_config, launch_options, use_triton
-from ...runtime.config import config_generation
-from ...runtime.env import env_str
+from ...runtime import capabilities, current_target, get_config, launch_options, plan_cache, use_triton
 from ..validation import require_tensor
 from . import kernels, pivot_kernels, reference, renorm_kernels
 
@@ -117,23 +115,18 @@ def _raise_if_any(op: str, checks) -> None:
             raise ValueError(f"{op}: {name} must be {rule}; rows {rows} are not")
 
 
-_configs: dict = {}
+@plan_cache
+def _looked_up_config(op: str, vocab: int) -> dict:
+    return {"BLOCK_R": 1, "BLOCK_V": 2048, **get_config(op, vocab=vocab)}
 
 
 def _config(op: str, vocab: int, config: dict | None) -> dict:
     """The launch config: `config`, or the one looked up by the vocabulary
     only (a row's blocks, hence its arithmetic, never depend on the batch),
-    with defaults for keys no YAML names. Looked-up answers are kept per
-    config generation (`runtime.config.config_generation`)."""
+    with defaults for keys no YAML names."""
     if config is not None:
         return {"BLOCK_R": 1, "BLOCK_V": 2048, **config}
-    key = (op, vocab, config_generation(), current_target(), env_str("KUNLUN_TRITON_CONFIG_DIR"))
-    found = _configs.get(key)
-    if found is None:
-        if len(_configs) > 256:
-            _configs.clear()
-        found = _configs[key] = {"BLOCK_R": 1, "BLOCK_V": 2048, **get_config(op, vocab=vocab)}
-    return found
+    return _looked_up_config(op, vocab)
 
 
 def _next_pow2(n: int) -> int:

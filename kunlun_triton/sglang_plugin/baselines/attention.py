@@ -3,9 +3,10 @@ so benchmarks and comparison tests run it on the same inputs.
 
 Importing this module imports sglang (ImportError when absent). SGLang's
 decode takes preallocated split scratch and a per-request split count; the
-`sglang_decode` factory allocates them once (as SGLang's backend does) with
-every request at `max_kv_splits` (SGLang's default
-``--triton-attention-num-kv-splits`` is 8). KV scales are 1 (no fp8 KV).
+`sglang_decode` factory allocates them once and computes the counts with
+SGLang's own heuristic (as its backend does once per step; the maximum is
+SGLang's default ``--triton-attention-num-kv-splits`` = 8). KV scales are 1
+(no fp8 KV).
 """
 
 from __future__ import annotations
@@ -15,15 +16,22 @@ from sglang.kernels.ops.attention.decode_attention import decode_attention_fwd
 from sglang.kernels.ops.attention.extend_attention import extend_attention_fwd
 
 SGLANG_DEFAULT_KV_SPLITS = 8
+H200_SMS = 132  # device_core_count SGLang's backend reads on an H100/H200 (sm_90)
+SGLANG_MIN_BLOCK_KV = 32  # _MIN_BLOCK_KV in sglang/kernels/ops/attention/decode_attention.py
 
 
 def sglang_decode(q, k_buffer, v_buffer, o, kv_indptr, kv_indices, sm_scale, logit_cap=0.0,
                   max_kv_splits: int = SGLANG_DEFAULT_KV_SPLITS):
-    """A no-argument callable running SGLang's decode_attention_fwd into `o`."""
+    """A no-argument callable running SGLang's decode_attention_fwd into `o`,
+    with the per-request split counts its Triton backend computes once per
+    step (`sglang_num_kv_splits`, for this device's SM count)."""
     batch, heads = q.shape[0], q.shape[1]
     logits = torch.empty(batch, heads, max_kv_splits, v_buffer.shape[-1], dtype=torch.float32, device=q.device)
     lse = torch.empty(batch, heads, max_kv_splits, dtype=torch.float32, device=q.device)
-    splits = torch.full((batch,), max_kv_splits, dtype=torch.int32, device=q.device)
+    lens = (kv_indptr[1:] - kv_indptr[:-1]).tolist()  # set-up, not timed: SGLang's scheduler has them
+    cores = torch.cuda.get_device_properties(q.device).multi_processor_count if q.is_cuda else H200_SMS
+    counts = sglang_num_kv_splits(lens, heads, k_buffer.shape[1], max_kv_splits, cores) if lens else []
+    splits = torch.tensor(counts, dtype=torch.int32, device=q.device).reshape(batch)
 
     def run():
         decode_attention_fwd(q, k_buffer, v_buffer, o, kv_indptr, kv_indices, logits, lse, splits, max_kv_splits,
@@ -59,3 +67,140 @@ def extend_baseline(case):
     """SGLang's extend on an `extend_attention` bench case (its own output buffer)."""
     q, k, v, o, *rest = case.args
     return sglang_extend(q, k, v, torch.empty_like(o), *rest)
+
+
+# ---- ahead-of-time specs of SGLang's kernels (`kunlun-triton inspect --compare sglang`)
+#
+# SGLang's launchers pick their constexprs from module globals set at import
+# from the machine (`_is_hip`, `_is_cuda`, `CUDA_CAPABILITY`). To plan the
+# launches SGLang would make on another target, those globals are set to that
+# target's values for the duration of one stubbed call on meta tensors; the
+# launcher code itself runs unchanged.
+
+_DECODE_MODULE = "sglang.kernels.ops.attention.decode_attention"
+_EXTEND_MODULE = "sglang.kernels.ops.attention.extend_attention"
+
+
+def _target_globals(target) -> dict:
+    """{module: {global: value}} SGLang computes at import on `target`."""
+    if target.name == "hip":
+        gfx95 = target.arch.startswith("gfx95")
+        return {_DECODE_MODULE: {"_is_hip": True, "_is_gfx1250": False},
+                _EXTEND_MODULE: {"_is_cuda": False, "_is_hip": True, "_is_gfx95": gfx95, "_is_gfx1250": False}}
+    major, minor = (int(target.arch[3]), int(target.arch[4:] or 0)) if target.arch.startswith("sm_") else (9, 0)
+    return {_DECODE_MODULE: {"_is_hip": False, "_is_gfx1250": False},
+            _EXTEND_MODULE: {"_is_cuda": True, "CUDA_CAPABILITY": (major, minor), "_is_hip": False, "_is_gfx95": False,
+                             "_is_gfx1250": False}}  # fmt: skip
+
+
+def _as_on_target(call):
+    """`kernel_specs` of ``call()`` with SGLang's target globals for the active target."""
+    import contextlib
+    import importlib
+    from unittest import mock
+
+    from kunlun_triton.runtime import current_target
+    from kunlun_triton.testing.launches import meta_kernel_specs, with_loop_items
+
+    with contextlib.ExitStack() as stack:
+        for module, values in _target_globals(current_target()).items():
+            mod = importlib.import_module(module)
+            for name, value in values.items():
+                stack.enter_context(mock.patch.object(mod, name, value, create=True))
+        specs = meta_kernel_specs(call)
+    return with_loop_items(specs, {"_fwd_grouped_kernel_stage1": "BLOCK_N", "_fwd_kernel_stage1": "BLOCK_N",
+                                   "_fwd_kernel": "BLOCK_N_PREFIX"})  # fmt: skip
+
+
+def _meta(*shape, dtype):
+    return torch.empty(shape, dtype=dtype, device="meta")
+
+
+def decode_inspect_specs(shape, dtype, max_kv_splits: int = SGLANG_DEFAULT_KV_SPLITS):
+    """SGLang's decode kernels (grouped stage 1 or MHA stage 1, stage 2) for a
+    `decode_attention` shape, launched as its Triton backend launches them
+    (``--triton-attention-num-kv-splits`` = `max_kv_splits`)."""
+    lens = shape.get("lens") or [shape["context_len"]] * shape["batch"]
+    batch, total = len(lens), sum(lens)
+    q_heads, kv_heads, head_dim = shape["q_heads"], shape["kv_heads"], shape["head_dim"]
+    q, o = _meta(batch, q_heads, head_dim, dtype=dtype), _meta(batch, q_heads, head_dim, dtype=dtype)
+    slots = total + shape.get("page_size", 1)
+    k_buffer, v_buffer = _meta(slots, kv_heads, head_dim, dtype=dtype), _meta(slots, kv_heads, head_dim, dtype=dtype)
+    indptr, indices = _meta(batch + 1, dtype=torch.int32), _meta(total, dtype=torch.int32)
+    logits = _meta(batch, q_heads, max_kv_splits, head_dim, dtype=torch.float32)
+    lse = _meta(batch, q_heads, max_kv_splits, dtype=torch.float32)
+    splits = _meta(batch, dtype=torch.int32)
+    return _as_on_target(lambda: decode_attention_fwd(q, k_buffer, v_buffer, o, indptr, indices, logits, lse, splits,
+                                                      max_kv_splits, head_dim**-0.5, 1.0, 1.0))  # fmt: skip
+
+
+def extend_inspect_specs(shape, dtype):
+    """SGLang's extend kernel for an `extend_attention` shape (causal, no custom mask)."""
+    prefix = shape.get("prefix_lens") or [shape["prefix_len"]] * shape["batch"]
+    extend = shape.get("extend_lens") or [shape["extend_len"]] * shape["batch"]
+    q_heads, kv_heads, head_dim = shape["q_heads"], shape["kv_heads"], shape["head_dim"]
+    tokens, cached = sum(extend), sum(prefix)
+    q, o = _meta(tokens, q_heads, head_dim, dtype=dtype), _meta(tokens, q_heads, head_dim, dtype=dtype)
+    k, v = _meta(tokens, kv_heads, head_dim, dtype=dtype), _meta(tokens, kv_heads, head_dim, dtype=dtype)
+    slots = cached + tokens + shape.get("page_size", 1)
+    k_buffer, v_buffer = _meta(slots, kv_heads, head_dim, dtype=dtype), _meta(slots, kv_heads, head_dim, dtype=dtype)
+    qo_indptr, kv_indptr = _meta(len(extend) + 1, dtype=torch.int32), _meta(len(prefix) + 1, dtype=torch.int32)
+    kv_indices = _meta(cached, dtype=torch.int32)
+    run = sglang_extend(q, k, v, o, k_buffer, v_buffer, qo_indptr, kv_indptr, kv_indices, max(extend), head_dim**-0.5)
+    return _as_on_target(run)
+
+
+# ---- SGLang's split counts and bytes per decode call
+
+
+def sglang_num_kv_splits(lens, num_head: int, num_kv_head: int, max_kv_splits: int = SGLANG_DEFAULT_KV_SPLITS,
+                         device_core_count: int = H200_SMS) -> list[int]:  # fmt: skip
+    """The per-request split counts SGLang's Triton backend computes each
+    decode step (`get_num_kv_splits_triton` in
+    sglang/kernels/ops/attention/metadata.py, mirrored on the host)."""
+    import math
+
+    cdiv = lambda a, b: -(-a // b)  # noqa: E731
+    max_len, min_len = max(lens), min(lens)
+    if max_len * 8 < min_len * 10:
+        min_len = max_len
+    splits_1 = min(cdiv(max_len, max(min_len, 1)), max_kv_splits)
+    chunk_1 = cdiv(max_len, splits_1)
+    cores = int(device_core_count * max(math.log2(max_len / 64.0) if max_len > 0 else 0.0, 1.0))
+    group = num_head // num_kv_head
+    token_grid = len(lens) * (num_head if group == 1 else cdiv(num_head, min(16, group)))
+    splits_2 = min(cdiv(cores, token_grid), max_kv_splits)
+    chunk_2 = cdiv(max_len, splits_2)
+    return [max(cdiv(n, chunk_1), cdiv(n, chunk_2)) for n in lens]
+
+
+def decode_inspect_traffic(shape, dtype) -> int:
+    """Bytes one SGLang decode call moves (its stage 1 skips empty splits;
+    MIN_BLOCK_KV = 32 rounds a split's length)."""
+    from kunlun_triton.ops.attention.decode_splits import decode_traffic
+
+    lens = shape.get("lens") or [shape["context_len"]] * shape["batch"]
+    q_heads, kv_heads, head_dim = shape["q_heads"], shape["kv_heads"], shape["head_dim"]
+    used = []
+    for n, splits in zip(lens, sglang_num_kv_splits(lens, q_heads, kv_heads)):
+        per_split = -(-(-(-n // splits)) // SGLANG_MIN_BLOCK_KV) * SGLANG_MIN_BLOCK_KV  # cdiv(cdiv(n, s), 32) * 32
+        used.append(-(-n // per_split) if n else 0)
+    elt = torch.empty((), dtype=dtype).element_size()
+    return decode_traffic(lens, q_heads, kv_heads, head_dim, head_dim, elt, used)
+
+
+def decode_launcher_call(shape, dtype, device):
+    """SGLang's ``decode_attention_fwd`` on a decode shape, buffers and split
+    counts allocated once (per step, in its backend)."""
+    from kunlun_triton.ops.attention.spec import decode_attention_case
+
+    case = decode_attention_case(shape, dtype, device)
+    q, k_buffer, v_buffer, o, kv_indptr, kv_indices, sm_scale = case.args[:7]
+    return sglang_decode(q, k_buffer, v_buffer, o, kv_indptr, kv_indices, sm_scale)
+
+
+def extend_launcher_call(shape, dtype, device):
+    """SGLang's ``extend_attention_fwd`` on an extend shape."""
+    from kunlun_triton.ops.attention.spec import extend_attention_case
+
+    return sglang_extend(*extend_attention_case(shape, dtype, device).args)

@@ -1,70 +1,73 @@
-"""Every attention kernel lowers ahead of time for CUDA sm_90 and HIP gfx942,
-both formulations, several head dims, fp16 and bf16."""
+"""Every attention kernel lowers ahead of time as the launchers plan it
+(`OpSpec.kernels`) for CUDA sm_90, HIP gfx942 and Kunlun (its plans compiled
+for sm_90 as a proxy), both formulations, several head dims, fp16 and bf16,
+with a sliding window and a logit cap; and the tiles `kunlun-p800.yaml`
+ships compile without spills."""
 
-import pytest
+import dataclasses
 
-from kunlun_triton.testing import KernelSpec, assert_lowers
+import torch
 
-K = "kunlun_triton.ops.attention"
+from kunlun_triton.ops.spec import planned_kernels
+from kunlun_triton.runtime import get_config
+from kunlun_triton.testing import LOWERING_TARGETS, aot_target, assert_lowers, compile_ahead_of_time
+from kunlun_triton.testing.sass import kernel_cost
 
-
-def decode_specs(dtype, head_dim, use_dot):
-    block_d = max(16, 1 << (head_dim - 1).bit_length())
-    partial = KernelSpec(
-        f"{K}.decode_attention:decode_partial_kernel",
-        {"q_ptr": f"*{dtype}", "k_buffer_ptr": f"*{dtype}", "v_buffer_ptr": f"*{dtype}", "kv_indptr_ptr": "*i32",
-         "kv_indices_ptr": "*i32", "part_out_ptr": "*fp32", "part_lse_ptr": "*fp32", "sm_scale": "fp32",
-         "num_q_heads": "i32", **{n: "i32" for n in ("q_stride_b", "q_stride_h", "kb_stride_s", "kb_stride_h",
-                                                     "vb_stride_s", "vb_stride_h")},
-         **{n: "constexpr" for n in ("GROUP", "HEAD_DIM", "V_DIM", "BLOCK_H", "BLOCK_D", "BLOCK_DV", "BLOCK_N",
-                                     "SPLITS", "LOGIT_CAP", "WINDOW", "USE_DOT", "DOT_FP32")}},
-        {"GROUP": 4, "HEAD_DIM": head_dim, "V_DIM": head_dim, "BLOCK_H": 16 if use_dot else 4, "BLOCK_D": block_d,
-         "BLOCK_DV": block_d, "BLOCK_N": 32 if use_dot else 16, "SPLITS": 8, "LOGIT_CAP": 30.0, "WINDOW": 0,
-         "USE_DOT": use_dot, "DOT_FP32": False},
-    )
-    merge = KernelSpec(
-        f"{K}.decode_attention:decode_merge_kernel",
-        {"part_out_ptr": "*fp32", "part_lse_ptr": "*fp32", "o_ptr": f"*{dtype}", "num_q_heads": "i32",
-         "o_stride_b": "i32", "o_stride_h": "i32",
-         **{n: "constexpr" for n in ("GROUP", "V_DIM", "BLOCK_DV", "SPLITS", "BLOCK_S")}},
-        {"GROUP": 4, "V_DIM": head_dim, "BLOCK_DV": block_d, "SPLITS": 8, "BLOCK_S": 8},
-    )
-    return [partial, merge]
+KUNLUN = next(t for t in LOWERING_TARGETS if t.name == "kunlun")
 
 
-def extend_spec(dtype, head_dim, use_dot, window=0):
-    block_d = max(16, 1 << (head_dim - 1).bit_length())
-    strides = ("q_stride_t", "q_stride_h", "ke_stride_t", "ke_stride_h", "ve_stride_t", "ve_stride_h", "o_stride_t",
-               "o_stride_h", "kb_stride_s", "kb_stride_h", "vb_stride_s", "vb_stride_h")
-    return KernelSpec(
-        f"{K}.extend_attention:extend_kernel",
-        {**{n: f"*{dtype}" for n in ("q_ptr", "k_extend_ptr", "v_extend_ptr", "o_ptr", "k_buffer_ptr", "v_buffer_ptr")},
-         "qo_indptr_ptr": "*i32", "kv_indptr_ptr": "*i32", "kv_indices_ptr": "*i32", "sm_scale": "fp32",
-         **{n: "i32" for n in strides},
-         **{n: "constexpr" for n in ("GROUP", "HEAD_DIM", "V_DIM", "BLOCK_M", "BLOCK_N", "BLOCK_D", "BLOCK_DV",
-                                     "LOGIT_CAP", "WINDOW", "USE_DOT", "DOT_FP32")}},
-        {"GROUP": 4, "HEAD_DIM": head_dim, "V_DIM": head_dim, "BLOCK_M": 64 if use_dot else 16,
-         "BLOCK_N": 64 if use_dot else 16, "BLOCK_D": block_d, "BLOCK_DV": block_d, "LOGIT_CAP": 0.0,
-         "WINDOW": window, "USE_DOT": use_dot, "DOT_FP32": False},
-    )
+def _shapes(head_dim, q_heads=8, kv_heads=2):
+    heads = {"q_heads": q_heads, "kv_heads": kv_heads, "head_dim": head_dim}
+    return {
+        "store_kv": {"tokens": 7, "kv_heads": kv_heads, "head_dim": head_dim},
+        "decode_attention": {"batch": 3, "context_len": 100, **heads},
+        "extend_attention": {"batch": 2, "prefix_len": 40, "extend_len": 30, **heads},
+    }
 
 
-def store_kv_spec(dtype):
-    return KernelSpec(
-        f"{K}.store_kv:store_kv_kernel",
-        {"k_ptr": f"*{dtype}", "v_ptr": f"*{dtype}", "k_buffer_ptr": f"*{dtype}", "v_buffer_ptr": f"*{dtype}",
-         "loc_ptr": "*i64", "num_tokens": "i32",
-         **{n: "i32" for n in ("k_stride_t", "k_stride_h", "v_stride_t", "v_stride_h", "kb_stride_s", "kb_stride_h",
-                               "vb_stride_s", "vb_stride_h")},
-         **{n: "constexpr" for n in ("HEADS", "K_DIM", "V_DIM", "TOKENS_PER_PROGRAM", "BLOCK_C")}},
-        {"HEADS": 8, "K_DIM": 128, "V_DIM": 128, "TOKENS_PER_PROGRAM": 4, "BLOCK_C": 1024},
-    )
+def _config(target, op, shape, formulation):
+    if op == "store_kv":
+        return None
+    config = get_config(op, target=target, head_dim=shape["head_dim"], group=shape["q_heads"] // shape["kv_heads"])
+    if formulation == "sum" and config.get("formulation") != "sum":
+        config = {**config, "formulation": "sum", "BLOCK_M": 16, "BLOCK_N": 16}
+    return config
 
 
-@pytest.mark.parametrize("use_dot", [True, False], ids=["dot", "sum"])
-def test_attention_kernels_lower(use_dot):
-    specs = [store_kv_spec("fp16")] if use_dot else [store_kv_spec("bf16")]
-    for dtype, head_dim in (("fp16", 128), ("bf16", 80), ("fp16", 13)):
-        specs += decode_specs(dtype, head_dim, use_dot)
-        specs.append(extend_spec(dtype, head_dim, use_dot, window=0 if head_dim != 80 else 64))
-    assert_lowers(specs)
+def _windowed(spec):
+    """The same launch with a sliding window and a logit cap, where the kernel takes them."""
+    changes = {k: v for k, v in (("WINDOW", 16), ("LOGIT_CAP", 30.0)) if k in spec.constexprs}
+    return dataclasses.replace(spec, constexprs={**spec.constexprs, **changes})
+
+
+def test_attention_kernels_lower():
+    jobs = []
+    for target in LOWERING_TARGETS:
+        cases = [(torch.float16, 128, "dot"), (torch.bfloat16, 80, "sum"), (torch.float16, 13, "dot")]
+        if target.name != "cuda":
+            cases = [(torch.float16, 128, "dot" if target.name == "hip" else "sum")]
+        for dtype, head_dim, formulation in cases:
+            for op, shape in _shapes(head_dim).items():
+                planned = planned_kernels(op, shape, dtype, target, _config(target, op, shape, formulation))
+                if head_dim == 80:
+                    planned = [_windowed(spec) for spec in planned]
+                jobs += [(spec, aot_target(target)) for spec in planned]
+    assert {spec.name for spec, _ in jobs} == {"store_kv_kernel", "decode_partial_kernel", "decode_merge_kernel",
+                                                "extend_kernel"}  # fmt: skip
+    assert_lowers(jobs)
+
+
+def test_kunlun_tiles_do_not_spill_on_sm90():
+    """kunlun-p800.yaml's attention tiles (tl.sum formulation) compiled for
+    sm_90 keep everything in registers: the [rows, head_dim, keys] broadcast
+    product of the sum formulation is what could spill."""
+    specs = []
+    for op, shape in _shapes(128, q_heads=32, kv_heads=8).items():
+        planned = planned_kernels(op, shape, torch.float16, KUNLUN)
+        if op != "store_kv":
+            assert all(spec.constexprs.get("USE_DOT") in (None, False) for spec in planned)
+        specs += planned
+    for result in compile_ahead_of_time(specs, targets=("cuda",), artifacts=True):
+        assert result["ok"], result.get("error")
+        cost = kernel_cost(result)
+        assert cost["spill_bytes"] == 0, f"{result['spec'].label}: {cost}"

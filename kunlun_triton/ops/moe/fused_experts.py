@@ -1,0 +1,399 @@
+"""`fused_experts`: the routed experts of a mixture-of-experts layer.
+
+For token t and its K choices (expert e = ids[t, k], weight w = weights[t, k]):
+
+    [gate; up] = W13[e] @ x[t]                 (W13 [E, 2I, H]: gate rows, then up rows)
+    h          = act(gate) * up                (rounded to x's dtype: SGLang's intermediate cache)
+    out[t]     = sum_k  w * (W2[e] @ h)        (W2 [E, H, I])
+
+Launches (T x K = n routing slots):
+
+1. alignment (`align`): the slots sorted by expert into BLOCK_M-row blocks
+   and a block table, without atomics: one launch up to 256 slots, three
+   beyond;
+2. `moe_gate_up_kernel`, grid (blocks, I / BLOCK_N): a block's rows gather
+   their tokens' x rows, multiply by the block's expert's gate and up tiles
+   (two fp32 accumulators), and store act(gate) * up in sorted row order;
+3. `moe_down_kernel`, grid (blocks, H / BLOCK_N): those rows times W2[e],
+   times the routing weight, stored per slot (or straight into the output
+   when K = 1);
+4. `moe_sum_kernel` (K > 1): out[t] = sum over t's K slots, in fp32.
+
+Blocks belong to one expert, so an expert with no token launches no work;
+a program past the last block returns after one load. The matmuls are
+``tl.dot`` or, where a target lacks it, ``tl.sum`` of broadcast products
+(``formulation: dot | sum`` per target in ``autotune_configs/``). Weight
+tiles of a ragged last column tile read rows ``col % N`` (in bounds; the
+extra columns are never stored), so only the K tail needs a mask, and
+only when the constexpr width is not a multiple of BLOCK_K.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ...runtime import capabilities, current_target, env_str, get_config, launch_options, use_triton
+from ...runtime.dtypes import INDEX_DTYPES
+from ..validation import (
+    checked_mode,
+    power_of_two_at_most,
+    require_choice,
+    require_same,
+    require_same_device,
+    require_tensor,
+)
+from . import align, reference
+from .tiles import dot_block, gated_activation, load_or_zero, tile_matmul
+
+OP = "fused_experts"
+ACTIVATIONS = ("silu", "gelu", "gelu_tanh")  # SGLang's names; "gelu" is exact (erf), as its Triton runner
+FORMULATIONS = ("dot", "sum")
+MAX_TOP_K = 32
+MAX_EXPERTS = 1024
+SUM_TILE_CAP = 32768  # tl.sum formulation: BLOCK_M x BLOCK_K x BLOCK_N products per step
+SUM_KERNEL_TILE = 4096  # moe_sum_kernel: tokens x columns per program
+
+
+@triton.jit
+def _block_rows(block_info_ptr, sorted_ptr, b, BLOCK_M: tl.constexpr):
+    """(sorted rows, row mask, slots) of block b; padding rows repeat the
+    block's first row so their loads stay in bounds (never stored)."""
+    first = tl.load(block_info_ptr + 3 * b + 1)
+    end = tl.load(block_info_ptr + 3 * b + 2)
+    rows = first + tl.arange(0, BLOCK_M)
+    row_ok = rows < end
+    rows = tl.where(row_ok, rows, first)
+    return rows, row_ok, tl.load(sorted_ptr + rows)
+
+
+@triton.jit
+def moe_gate_up_kernel(
+    x_ptr,
+    w13_ptr,
+    inter_ptr,  # [slots, I] in x's dtype, rows in sorted order
+    block_info_ptr,
+    sorted_ptr,
+    topk_weights_ptr,
+    x_stride,
+    w_stride_e,
+    w_stride_n,
+    H: tl.constexpr,
+    I: tl.constexpr,
+    TOP_K: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    ACTIVATION: tl.constexpr,
+    WEIGHT_ON_INPUT: tl.constexpr,
+    USE_DOT: tl.constexpr,
+    DOT_FP32: tl.constexpr,
+    ZERO_AFTER_LOAD: tl.constexpr,
+):
+    """inter[row] = act(gate) * up for one block of rows and BLOCK_N columns of I."""
+    expert = tl.load(block_info_ptr + 3 * tl.program_id(0))
+    if expert < 0:  # past the last block
+        return
+    rows, row_ok, slots = _block_rows(block_info_ptr, sorted_ptr, tl.program_id(0), BLOCK_M)
+    tokens = (slots // TOP_K).to(tl.int64)
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    k = tl.arange(0, BLOCK_K)
+    a_ptrs = x_ptr + tokens[:, None] * x_stride + k[None, :]
+    gate_ptrs = w13_ptr + expert.to(tl.int64) * w_stride_e + (cols % I)[None, :].to(tl.int64) * w_stride_n + k[:, None]
+    up_ptrs = gate_ptrs + I * w_stride_n
+    gate = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    up = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    for k0 in range(0, H, BLOCK_K):
+        if H % BLOCK_K == 0:
+            a = tl.load(a_ptrs)
+            g = tl.load(gate_ptrs)
+            u = tl.load(up_ptrs)
+        else:
+            k_ok = k < H - k0
+            a = load_or_zero(a_ptrs, k_ok[None, :], ZERO_AFTER_LOAD)
+            g = load_or_zero(gate_ptrs, k_ok[:, None], ZERO_AFTER_LOAD)
+            u = load_or_zero(up_ptrs, k_ok[:, None], ZERO_AFTER_LOAD)
+        gate = tile_matmul(a, g, gate, USE_DOT, DOT_FP32)
+        up = tile_matmul(a, u, up, USE_DOT, DOT_FP32)
+        a_ptrs += BLOCK_K
+        gate_ptrs += BLOCK_K
+        up_ptrs += BLOCK_K
+    if WEIGHT_ON_INPUT:  # W13 @ (w x) = w (W13 @ x)
+        w = tl.load(topk_weights_ptr + slots).to(tl.float32)[:, None]
+        gate *= w
+        up *= w
+    h = gated_activation(gate, up, ACTIVATION)
+    out_ptrs = inter_ptr + rows[:, None].to(tl.int64) * I + cols[None, :]
+    tl.store(out_ptrs, h.to(inter_ptr.dtype.element_ty), mask=row_ok[:, None] & (cols[None, :] < I))
+
+
+@triton.jit
+def moe_down_kernel(
+    inter_ptr,
+    w2_ptr,
+    out_ptr,  # K = 1: the output [T, H]; else the per-slot cache [slots, H]
+    block_info_ptr,
+    sorted_ptr,
+    topk_weights_ptr,
+    w_stride_e,
+    w_stride_n,
+    out_stride,
+    H: tl.constexpr,
+    I: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    MUL_WEIGHT: tl.constexpr,
+    USE_DOT: tl.constexpr,
+    DOT_FP32: tl.constexpr,
+    ZERO_AFTER_LOAD: tl.constexpr,
+):
+    """out[slot] = w[slot] * W2[e] @ inter[row] for one block of rows and BLOCK_N columns of H."""
+    expert = tl.load(block_info_ptr + 3 * tl.program_id(0))
+    if expert < 0:  # past the last block
+        return
+    rows, row_ok, slots = _block_rows(block_info_ptr, sorted_ptr, tl.program_id(0), BLOCK_M)
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    k = tl.arange(0, BLOCK_K)
+    a_ptrs = inter_ptr + rows[:, None].to(tl.int64) * I + k[None, :]
+    b_ptrs = w2_ptr + expert.to(tl.int64) * w_stride_e + (cols % H)[None, :].to(tl.int64) * w_stride_n + k[:, None]
+    acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    for k0 in range(0, I, BLOCK_K):
+        if I % BLOCK_K == 0:
+            a = tl.load(a_ptrs)
+            b = tl.load(b_ptrs)
+        else:
+            k_ok = k < I - k0
+            a = load_or_zero(a_ptrs, k_ok[None, :], ZERO_AFTER_LOAD)
+            b = load_or_zero(b_ptrs, k_ok[:, None], ZERO_AFTER_LOAD)
+        acc = tile_matmul(a, b, acc, USE_DOT, DOT_FP32)
+        a_ptrs += BLOCK_K
+        b_ptrs += BLOCK_K
+    if MUL_WEIGHT:
+        acc *= tl.load(topk_weights_ptr + slots).to(tl.float32)[:, None]
+    # K = 1: slot == token, and out_ptr is the output itself
+    out_ptrs = out_ptr + slots[:, None].to(tl.int64) * out_stride + cols[None, :]
+    tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=row_ok[:, None] & (cols[None, :] < H))
+
+
+@triton.jit(do_not_specialize=["n_tokens"])
+def moe_sum_kernel(
+    cache_ptr,  # [T * TOP_K, H]
+    ids_ptr,
+    out_ptr,
+    n_tokens,
+    out_stride,
+    H: tl.constexpr,
+    E: tl.constexpr,
+    TOP_K: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    ZERO_AFTER_LOAD: tl.constexpr,
+):
+    """out[t] = sum_k cache[t * K + k] in fp32, over the slots with an id in [0, E)."""
+    tokens = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+    cols = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
+    t_ok = tokens < n_tokens
+    c_ok = cols[None, :] < H
+    acc = tl.zeros([BLOCK_T, BLOCK_H], tl.float32)
+    for k in tl.static_range(TOP_K):
+        slots = tokens.to(tl.int64) * TOP_K + k
+        e = tl.load(ids_ptr + slots, mask=t_ok)
+        ok = (t_ok & (e >= 0) & (e < E))[:, None] & c_ok
+        acc += load_or_zero(cache_ptr + slots[:, None] * H + cols[None, :], ok, ZERO_AFTER_LOAD).to(tl.float32)
+    out_ptrs = out_ptr + tokens[:, None].to(tl.int64) * out_stride + cols[None, :]
+    tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=t_ok[:, None] & c_ok)
+
+
+# ---------------------------------------------------------------- launcher
+
+
+def _validate(x, w13, w2, topk_weights, topk_ids, activation, formulation):
+    require_tensor(OP, "hidden_states", x, ndim=2)
+    require_tensor(OP, "w13", w13, ndim=3)
+    require_tensor(OP, "w2", w2, ndim=3)
+    require_tensor(OP, "topk_weights", topk_weights, ndim=2)
+    require_tensor(OP, "topk_ids", topk_ids, dtypes=INDEX_DTYPES, ndim=2)
+    require_choice(OP, "activation", activation, ACTIVATIONS)
+    if formulation is not None:
+        require_choice(OP, "formulation", formulation, FORMULATIONS)
+    tokens, hidden = x.shape
+    experts, two_inter = w13.shape[0], w13.shape[1]
+    if two_inter % 2 or two_inter == 0:
+        raise ValueError(f"{OP}: w13 must hold gate and up rows [E, 2I, H], got shape {tuple(w13.shape)}")
+    inter = two_inter // 2
+    require_same(OP, "w13's shape and (E, 2I, hidden size)", w13=tuple(w13.shape),
+                 expected=(experts, 2 * inter, hidden))  # fmt: skip
+    require_same(OP, "w2's shape and (E, hidden size, I)", w2=tuple(w2.shape), expected=(experts, hidden, inter))
+    require_same(OP, "dtypes of hidden_states and the expert weights", hidden_states=x.dtype, w13=w13.dtype,
+                 w2=w2.dtype)  # fmt: skip
+    require_same(OP, "shapes of topk_weights and topk_ids", topk_weights=tuple(topk_weights.shape),
+                 topk_ids=tuple(topk_ids.shape))  # fmt: skip
+    top_k = topk_ids.shape[1]
+    if topk_ids.shape[0] != tokens:
+        raise ValueError(f"{OP}: topk_ids has {topk_ids.shape[0]} rows but hidden_states has {tokens} tokens")
+    if not 1 <= top_k <= MAX_TOP_K:
+        raise ValueError(f"{OP}: topk_ids must have 1..{MAX_TOP_K} columns (K), got {top_k}")
+    if not 1 <= experts <= MAX_EXPERTS:
+        raise ValueError(f"{OP}: w13 must hold 1..{MAX_EXPERTS} experts, got {experts}")
+    require_same_device(OP, hidden_states=x, w13=w13, w2=w2, topk_weights=topk_weights, topk_ids=topk_ids)
+    return tokens, hidden, experts, inter, top_k
+
+
+def _check_ids(topk_ids, experts):
+    lo, hi = torch.aminmax(topk_ids)
+    lo, hi = int(lo), int(hi)
+    if lo < 0 or hi >= experts:
+        raise ValueError(f"{OP}: topk_ids holds expert id {lo if lo < 0 else hi}, outside [0, {experts})")
+
+
+def _tiles(config, key, default, size, use_dot):
+    """A power-of-two tile from the config, no wider than the padded `size`
+    (and at least tl.dot's 16 where dot is used)."""
+    tile = power_of_two_at_most(int(config.get(key, default)))
+    return max(16 if use_dot else 1, min(tile, dot_block(size, use_dot)))
+
+
+class _Plan:
+    """What a shape class launches with: block sizes, constexprs, options."""
+
+    def __init__(self, experts, top_k, hidden, inter, dtype, activation, on_input, formulation, config, caps=None):
+        caps = caps or capabilities()
+        name = formulation or config.get("formulation") or ("dot" if caps.has_dot else "sum")
+        require_choice(OP, "formulation", name, FORMULATIONS)
+        use_dot = name == "dot"
+        dot_fp32 = use_dot and (dtype == torch.float32 or (dtype == torch.bfloat16 and not caps.dot_bf16))
+        zero = caps.load_ignores_other
+        self.block_m = bm = _tiles(config, "BLOCK_M", 16, 1 << 30, use_dot)
+        bn, bk = _tiles(config, "BLOCK_N", 64, inter, use_dot), _tiles(config, "BLOCK_K", 64, hidden, use_dot)
+        dbn = _tiles(config, "DOWN_BLOCK_N", config.get("BLOCK_N", 64), hidden, use_dot)
+        dbk = _tiles(config, "DOWN_BLOCK_K", config.get("BLOCK_K", 64), inter, use_dot)
+        if not use_dot:  # the [M, K, N] product of one step must stay small
+            while bm * bk * bn > SUM_TILE_CAP and bk > 1:
+                bk //= 2
+            while bm * dbk * dbn > SUM_TILE_CAP and dbk > 1:
+                dbk //= 2
+        options = launch_options(config)
+        common = dict(H=hidden, I=inter, BLOCK_M=bm, USE_DOT=use_dot, DOT_FP32=dot_fp32, ZERO_AFTER_LOAD=zero)
+        self.gate_up = dict(common, TOP_K=top_k, BLOCK_N=bn, BLOCK_K=bk, ACTIVATION=ACTIVATIONS.index(activation),
+                            WEIGHT_ON_INPUT=on_input, **options)  # fmt: skip
+        self.down = dict(common, BLOCK_N=dbn, BLOCK_K=dbk, MUL_WEIGHT=not on_input, **options)
+        self.gate_up_tiles, self.down_tiles = -(-inter // bn), -(-hidden // dbn)
+        block_e = triton.next_power_of_2(experts)
+        self.align = dict(E=experts, BLOCK_E=block_e, BLOCK_M=bm, EXPERT_TILE=min(align.EXPERT_TILE, block_e),
+                          BLOCK_TILE=align.BLOCK_TILE)  # fmt: skip
+        block_h = min(triton.next_power_of_2(hidden), 1024)
+        self.sum_rows = max(1, SUM_KERNEL_TILE // block_h)
+        self.sum_cols = -(-hidden // block_h)
+        self.sum = dict(H=hidden, E=experts, TOP_K=top_k, BLOCK_T=self.sum_rows, BLOCK_H=block_h,
+                        ZERO_AFTER_LOAD=zero)  # fmt: skip
+        self.formulation, self.zero_after_load = name, zero
+
+
+_plans: dict = {}
+
+
+def _plan(tokens, experts, top_k, hidden, inter, dtype, activation, on_input, formulation, config) -> _Plan:
+    """The launch plan of a shape class (token count rounded up to a power of
+    two), resolved once per class and config directory."""
+    bucket = 1 << (tokens - 1).bit_length()
+    caps = capabilities()
+    key = (bucket, experts, top_k, hidden, inter, dtype, activation, on_input, formulation, current_target(), caps,
+           env_str("KUNLUN_TRITON_CONFIG_DIR"), None if config is None else tuple(sorted(config.items())))  # fmt: skip
+    plan = _plans.get(key)
+    if plan is None:
+        if config is None:
+            config = get_config(OP, tokens=bucket, num_experts=experts, top_k=top_k, hidden_size=hidden,
+                                intermediate_size=inter)  # fmt: skip
+        plan = _plans[key] = _Plan(experts, top_k, hidden, inter, dtype, activation, on_input, formulation, config,
+                                   caps)  # fmt: skip
+    return plan
+
+
+def align_slots(topk_ids: torch.Tensor, num_experts: int, block_m: int, plan_align: dict, zero_after_load: bool):
+    """(sorted slots [n], block table [bound, 3], bound) for the flat ids (see `align`)."""
+    n = topk_ids.numel()
+    bound = min(n, -(-n // block_m) + min(num_experts, n))
+    if n <= align.SINGLE_PROGRAM_SLOTS:
+        index = torch.empty(n + 3 * bound, dtype=torch.int32, device=topk_ids.device)
+        sorted_slots, block_info = index[:n], index[n:]
+        align.moe_align_single_kernel[(1,)](topk_ids, sorted_slots, block_info, n, bound,
+                                            SLOT_TILE=align.SLOT_TILE, **plan_align)  # fmt: skip
+        return sorted_slots, block_info, bound
+    chunk = max(align.MIN_CHUNK, 1 << (-(-n // align.MAX_CHUNKS) - 1).bit_length())
+    chunks = -(-n // chunk)
+    index = torch.empty(n + 3 * bound + (chunks + 1) * num_experts, dtype=torch.int32, device=topk_ids.device)
+    sorted_slots, block_info = index[:n], index[n : n + 3 * bound]
+    chunk_counts, starts = index[n + 3 * bound : -num_experts], index[-num_experts:]
+    experts, block_e = plan_align["E"], plan_align["BLOCK_E"]
+    align.moe_align_count_kernel[(chunks,)](topk_ids, chunk_counts, n, chunk, E=experts, BLOCK_E=block_e,
+                                            SLOT_TILE=align.SLOT_TILE)  # fmt: skip
+    align.moe_align_prefix_kernel[(1,)](chunk_counts, starts, block_info, chunks, bound, MAX_CHUNKS=align.MAX_CHUNKS,
+                                        ZERO_AFTER_LOAD=zero_after_load, **plan_align)  # fmt: skip
+    align.moe_align_scatter_kernel[(chunks,)](topk_ids, chunk_counts, starts, sorted_slots, n, chunk, E=experts,
+                                              SLOT_TILE=align.SLOT_TILE)  # fmt: skip
+    return sorted_slots, block_info, bound
+
+
+def fused_experts(
+    hidden_states: torch.Tensor,
+    w13: torch.Tensor,
+    w2: torch.Tensor,
+    topk_weights: torch.Tensor,
+    topk_ids: torch.Tensor,
+    *,
+    activation: str = "silu",
+    apply_router_weight_on_input: bool = False,
+    check: bool = True,
+    formulation: str | None = None,
+    config: dict | None = None,
+) -> torch.Tensor:
+    """The routed experts' output [T, H] in hidden_states' dtype (see the module doc).
+
+    hidden_states [T, H] (rows may be strided); w13 [E, 2I, H] (gate rows,
+    then up rows: SGLang's layout) and w2 [E, H, I], in hidden_states'
+    dtype; topk_weights [T, K] (any float dtype) and topk_ids [T, K] (int32
+    or int64) as `moe_topk` returns them. `activation`: "silu", "gelu" (exact, erf) or
+    "gelu_tanh". With `apply_router_weight_on_input` the weight scales the
+    input of W13 instead of the output of W2. Checked mode (`check`,
+    ``KUNLUN_TRITON_CHECK``) rejects ids outside [0, E) (a sync); unchecked,
+    such slots contribute nothing (expert parallelism's -1). `formulation`
+    ("dot" | "sum") overrides the config's.
+    """
+    tokens, hidden, experts, inter, top_k = _validate(hidden_states, w13, w2, topk_weights, topk_ids, activation,
+                                                      formulation)  # fmt: skip
+    if checked_mode(check) and tokens:
+        _check_ids(topk_ids, experts)
+    out = torch.empty(tokens, hidden, dtype=hidden_states.dtype, device=hidden_states.device)
+    if tokens == 0:
+        return out
+    if not use_triton(OP, hidden_states, w13, w2, topk_weights, topk_ids):
+        return reference.fused_experts(hidden_states, w13, w2, topk_weights, topk_ids, activation=activation,
+                                       apply_router_weight_on_input=apply_router_weight_on_input)  # fmt: skip
+    plan = _plan(tokens, experts, top_k, hidden, inter, hidden_states.dtype, activation,
+                 bool(apply_router_weight_on_input), formulation, config)  # fmt: skip
+    ids = topk_ids if topk_ids.is_contiguous() else topk_ids.contiguous()
+    weights = topk_weights if topk_weights.is_contiguous() else topk_weights.contiguous()
+    sorted_slots, block_info, bound = align_slots(ids, experts, plan.block_m, plan.align, plan.zero_after_load)
+    n = tokens * top_k
+    inter_cache = torch.empty(n, inter, dtype=hidden_states.dtype, device=hidden_states.device)
+    moe_gate_up_kernel[(bound, plan.gate_up_tiles)](
+        hidden_states, w13, inter_cache, block_info, sorted_slots, weights,
+        hidden_states.stride(0), w13.stride(0), w13.stride(1), **plan.gate_up,
+    )  # fmt: skip
+    if top_k == 1:
+        moe_down_kernel[(bound, plan.down_tiles)](
+            inter_cache, w2, out, block_info, sorted_slots, weights, w2.stride(0), w2.stride(1), out.stride(0),
+            **plan.down,
+        )  # fmt: skip
+        return out
+    slot_cache = torch.empty(n, hidden, dtype=hidden_states.dtype, device=hidden_states.device)
+    moe_down_kernel[(bound, plan.down_tiles)](
+        inter_cache, w2, slot_cache, block_info, sorted_slots, weights, w2.stride(0), w2.stride(1), hidden,
+        **plan.down,
+    )  # fmt: skip
+    moe_sum_kernel[(-(-tokens // plan.sum_rows), plan.sum_cols)](
+        slot_cache, ids, out, tokens, out.stride(0), **plan.sum,
+    )  # fmt: skip
+    return out

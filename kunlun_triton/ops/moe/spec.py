@@ -1,0 +1,245 @@
+"""Specs of the MoE ops for doctor, bench, tune and the lowering tests (see `ops.spec`).
+
+Bench shapes are the issue's models: Qwen3-30B-A3B (E=128, K=8, H=2048,
+I=768) and Mixtral-8x7B (E=8, K=2, H=4096, I=14336), at decode (T = 1..64)
+and prefill (T = 1024, 4096) token counts; a preset with experts
+(``--preset qwen3-30b-a3b``) benchmarks that model alone. The routing of a
+fused_experts case comes from the torch reference router on seeded logits,
+so every expert count is realistic (and the case never depends on the
+kernel under test). Bytes moved: x and the output once, and each expert
+that receives a token read once (decode is bound by those weights); flops:
+6 T K H I (three GEMMs of T K rows).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ...runtime import Target, capabilities, get_config
+from ...testing.aot import KernelSpec
+from ..spec import OpCase, OpSpec
+from . import align, reference
+from .fused_experts import FORMULATIONS, SUM_TILE_CAP, _Plan, fused_experts
+from .moe_topk import _plan as topk_plan
+from .moe_topk import moe_topk
+
+# (num_experts, top_k, hidden_size, moe intermediate size); DeepSeek-V3 for routing only
+MOE_MODELS = {
+    "qwen3-30b-a3b": (128, 8, 2048, 768),
+    "mixtral-8x7b": (8, 2, 4096, 14336),
+}
+GROUPED_ROUTING = {"model": "deepseek-v3", "num_experts": 256, "top_k": 8, "scoring": "sigmoid", "bias": True,
+                   "groups": 8, "topk_group": 4, "scaling": 2.5}  # fmt: skip
+DECODE_TOKENS = (1, 16, 64)
+PREFILL_TOKENS = (1024, 4096)
+# The AOT targets' capabilities (tl.dot everywhere, bf16 dot right, other= honoured).
+GPU = Target("cuda", "sm_90", "cuda", "ahead-of-time compile")
+TRITON_DTYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
+
+
+def _elt(dtype) -> int:
+    return torch.empty((), dtype=dtype).element_size()
+
+
+def _models(preset) -> list[tuple[str, tuple]]:
+    experts = getattr(preset, "num_experts", 0)
+    if experts:
+        return [(preset.name, (experts, preset.num_experts_per_tok, preset.hidden_size, preset.moe_intermediate_size))]
+    return list(MOE_MODELS.items())
+
+
+# ---------------------------------------------------------------- moe_topk
+
+
+def _routing_kwargs(shape, device):
+    experts = shape["num_experts"]
+    kwargs = {"scoring": shape.get("scoring", "softmax"), "renormalize": shape.get("renormalize", True)}
+    if shape.get("bias"):
+        gen = torch.Generator().manual_seed(experts)
+        kwargs["correction_bias"] = (torch.rand(experts, generator=gen) * 0.1).to(device)
+    if shape.get("groups"):
+        kwargs.update(num_expert_group=shape["groups"], topk_group=shape["topk_group"])
+    if shape.get("scaling"):
+        kwargs["routed_scaling_factor"] = shape["scaling"]
+    return kwargs
+
+
+def _logits(shape, dtype, device):
+    gen = torch.Generator().manual_seed(shape["tokens"] * 31 + shape["num_experts"])
+    return torch.randn(shape["tokens"], shape["num_experts"], generator=gen).to(dtype).to(device)
+
+
+def moe_topk_case(shape, dtype, device) -> OpCase:
+    logits, kwargs, top_k = _logits(shape, dtype, device), _routing_kwargs(shape, device), shape["top_k"]
+    return OpCase(
+        run=lambda config: moe_topk(logits, top_k, check=False, config=config, **kwargs),
+        reference=lambda: reference.moe_topk(logits, top_k, **kwargs),
+        dims={"num_experts": shape["num_experts"]},
+        bytes_moved=logits.numel() * _elt(dtype) + shape["tokens"] * top_k * 8,
+        args=(logits, top_k, kwargs),  # (kwargs last: the routing options, for SGLang's router)
+    )
+
+
+def moe_topk_shapes(preset, quick):
+    if quick:
+        return [{"model": "tiny", "tokens": 8, "num_experts": 16, "top_k": 4}, {**GROUPED_ROUTING, "tokens": 8}]
+    shapes = [{"model": name, "tokens": t, "num_experts": e, "top_k": k}
+              for name, (e, k, _, _) in _models(preset) for t in (1, 64, 4096)]  # fmt: skip
+    return shapes + [{**GROUPED_ROUTING, "tokens": t} for t in (1, 64, 4096)]
+
+
+def moe_topk_candidates(quick):
+    return [{"ROWS_PER_PROGRAM": r} for r in ((1, 8) if quick else (1, 2, 4, 8, 16, 32))]
+
+
+def moe_topk_kernels(shape, dtype, config) -> list[KernelSpec]:
+    """The router kernel at `shape` with `config` (None: the sm_90 file's)."""
+    if config is None:
+        config = get_config("moe_topk", target=GPU, num_experts=shape["num_experts"])
+    kwargs = _routing_kwargs(shape, "cpu")
+    groups = shape.get("groups") or 0
+    _, meta = topk_plan(shape["num_experts"], shape["top_k"], groups, shape.get("topk_group") or 0,
+                        kwargs["scoring"], "correction_bias" in kwargs, bool(kwargs["renormalize"]),
+                        "routed_scaling_factor" in kwargs, config)  # fmt: skip
+    constexprs = {k: v for k, v in meta.items() if k[:1].isupper()}
+    signature = {"logits_ptr": f"*{TRITON_DTYPES[dtype]}", "bias_ptr": "*fp32", "weights_ptr": "*fp32",
+                 "ids_ptr": "*i32", "n_tokens": "i32", "logits_stride": "i32", "scaling": "fp32",
+                 **{k: "constexpr" for k in constexprs}}  # fmt: skip
+    return [KernelSpec("kunlun_triton.ops.moe.moe_topk:moe_topk_kernel", signature, constexprs)]
+
+
+# ---------------------------------------------------------------- fused_experts
+
+
+def _expert_weights(shape, dtype, device):
+    experts, hidden, inter = shape["num_experts"], shape["hidden_size"], shape["intermediate_size"]
+    gen = torch.Generator().manual_seed(experts * 7 + hidden + inter)
+    # ~unit-variance activations through both GEMMs
+    w13 = torch.randn(experts, 2 * inter, hidden, generator=gen) / hidden**0.5
+    w2 = torch.randn(experts, hidden, inter, generator=gen) / inter**0.5
+    return w13.to(dtype).to(device), w2.to(dtype).to(device)
+
+
+def _token_bucket(tokens: int) -> int:
+    return 1 << max(tokens - 1, 0).bit_length()
+
+
+def fused_experts_case(shape, dtype, device) -> OpCase:
+    tokens, experts, top_k = shape["tokens"], shape["num_experts"], shape["top_k"]
+    hidden, inter = shape["hidden_size"], shape["intermediate_size"]
+    gen = torch.Generator().manual_seed(tokens * 131 + experts)
+    x = torch.randn(tokens, hidden, generator=gen).to(dtype).to(device)
+    w13, w2 = _expert_weights(shape, dtype, device)
+    logits = torch.randn(tokens, experts, generator=gen).to(device)
+    topk_weights, topk_ids = reference.moe_topk(logits, top_k)
+    activation = shape.get("activation", "silu")
+    active = int(torch.unique(topk_ids).numel())
+    args = (x, w13, w2, topk_weights, topk_ids)
+    return OpCase(
+        run=lambda config: fused_experts(*args, activation=activation, check=False, config=config),
+        reference=lambda: reference.fused_experts(*args, activation=activation),
+        dims={"tokens": _token_bucket(tokens), "num_experts": experts, "top_k": top_k, "hidden_size": hidden,
+              "intermediate_size": inter},  # fmt: skip
+        bytes_moved=(2 * tokens * hidden + active * 3 * hidden * inter) * _elt(dtype) + tokens * top_k * 8,
+        flops=6 * tokens * top_k * hidden * inter,
+        args=args,
+        time_reference=tokens * top_k <= 65536,
+    )
+
+
+def fused_experts_shapes(preset, quick):
+    if quick:
+        return [{"model": "tiny", "tokens": t, "num_experts": 8, "top_k": 2, "hidden_size": 64,
+                 "intermediate_size": 48} for t in (1, 40)]  # fmt: skip
+    return [{"model": name, "tokens": t, "num_experts": e, "top_k": k, "hidden_size": h, "intermediate_size": i}
+            for name, (e, k, h, i) in _models(preset) for t in DECODE_TOKENS + PREFILL_TOKENS]  # fmt: skip
+
+
+def fused_experts_tune_shapes(preset, quick):
+    if quick:
+        return fused_experts_shapes(preset, quick)[1:]
+    return [s for s in fused_experts_shapes(preset, quick) if s["tokens"] in (16, 4096)]
+
+
+def fused_experts_candidates(quick):
+    if quick:
+        tiles = ({"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 32}, {"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 64})
+    else:
+        tiles = tuple({"BLOCK_M": m, "BLOCK_N": n, "BLOCK_K": k, "DOWN_BLOCK_N": 2 * n}
+                      for m, n, k in ((16, 32, 128), (16, 64, 64), (32, 64, 64), (64, 64, 64), (64, 128, 64),
+                                      (128, 64, 64), (128, 128, 64), (128, 128, 32)))  # fmt: skip
+    from ... import runtime  # looked up per call: tune's tests swap the capabilities
+
+    if not runtime.capabilities().has_dot:
+        return list(tiles)  # the target's file picks sum
+    return [{**t, "formulation": f} for t in tiles for f in FORMULATIONS]
+
+
+def fused_experts_keep(candidate, shape) -> bool:
+    from ... import runtime
+
+    default = "dot" if runtime.capabilities().has_dot else "sum"
+    if candidate.get("formulation", default) == "dot":
+        return True
+    # the sum formulation holds a [M, K, N] product per step
+    return candidate["BLOCK_M"] * candidate["BLOCK_K"] * candidate["BLOCK_N"] <= SUM_TILE_CAP
+
+
+def fused_experts_kernels(shape, dtype, config) -> list[KernelSpec]:
+    """The kernels fused_experts launches at `shape`, as compiled for a GPU
+    (tl.dot, other= honoured), with the constexprs its launcher computes
+    from `config` (None: the sm_90 file's)."""
+    tokens, experts, top_k = shape["tokens"], shape["num_experts"], shape["top_k"]
+    hidden, inter = shape["hidden_size"], shape["intermediate_size"]
+    if config is None:  # the sm_90 file's
+        config = get_config("fused_experts", target=GPU, tokens=_token_bucket(tokens), num_experts=experts,
+                            top_k=top_k, hidden_size=hidden, intermediate_size=inter)  # fmt: skip
+    plan = _Plan(experts, top_k, hidden, inter, dtype, shape.get("activation", "silu"), False, None, config,
+                 caps=capabilities(GPU))  # fmt: skip
+    t, m = TRITON_DTYPES[dtype], "kunlun_triton.ops.moe"
+    const = lambda meta: {k: v for k, v in meta.items() if k[:1].isupper()}  # noqa: E731
+    sig = lambda names, meta: {**names, **{k: "constexpr" for k in const(meta)}}  # noqa: E731
+    specs = []
+    if tokens * top_k <= align.SINGLE_PROGRAM_SLOTS:
+        meta = {**plan.align, "SLOT_TILE": align.SLOT_TILE}
+        specs.append(KernelSpec(f"{m}.align:moe_align_single_kernel", sig(
+            {"ids_ptr": "*i32", "sorted_ptr": "*i32", "block_info_ptr": "*i32", "n_slots": "i32",
+             "n_blocks_bound": "i32"}, meta), const(meta)))  # fmt: skip
+    else:
+        count = {"E": experts, "BLOCK_E": plan.align["BLOCK_E"], "SLOT_TILE": align.SLOT_TILE}
+        prefix = {**plan.align, "MAX_CHUNKS": align.MAX_CHUNKS, "ZERO_AFTER_LOAD": False}
+        scatter = {"E": experts, "SLOT_TILE": align.SLOT_TILE}
+        specs += [
+            KernelSpec(f"{m}.align:moe_align_count_kernel", sig({"ids_ptr": "*i32", "chunk_counts_ptr": "*i32",
+                       "n_slots": "i32", "chunk": "i32"}, count), count),
+            KernelSpec(f"{m}.align:moe_align_prefix_kernel", sig({"chunk_counts_ptr": "*i32", "starts_ptr": "*i32",
+                       "block_info_ptr": "*i32", "n_chunks": "i32", "n_blocks_bound": "i32"}, prefix), const(prefix)),
+            KernelSpec(f"{m}.align:moe_align_scatter_kernel", sig({"ids_ptr": "*i32", "chunk_offsets_ptr": "*i32",
+                       "starts_ptr": "*i32", "sorted_ptr": "*i32", "n_slots": "i32", "chunk": "i32"}, scatter),
+                       scatter),
+        ]  # fmt: skip
+    ptrs = {"block_info_ptr": "*i32", "sorted_ptr": "*i32", "topk_weights_ptr": "*fp32"}
+    specs.append(KernelSpec(f"{m}.fused_experts:moe_gate_up_kernel", sig(
+        {"x_ptr": f"*{t}", "w13_ptr": f"*{t}", "inter_ptr": f"*{t}", **ptrs, "x_stride": "i32", "w_stride_e": "i32",
+         "w_stride_n": "i32"}, plan.gate_up), const(plan.gate_up)))  # fmt: skip
+    specs.append(KernelSpec(f"{m}.fused_experts:moe_down_kernel", sig(
+        {"inter_ptr": f"*{t}", "w2_ptr": f"*{t}", "out_ptr": f"*{t}", **ptrs, "w_stride_e": "i32",
+         "w_stride_n": "i32", "out_stride": "i32"}, plan.down), const(plan.down)))  # fmt: skip
+    if top_k > 1:
+        specs.append(KernelSpec(f"{m}.fused_experts:moe_sum_kernel", sig(
+            {"cache_ptr": f"*{t}", "ids_ptr": "*i32", "out_ptr": f"*{t}", "n_tokens": "i32", "out_stride": "i32"},
+            plan.sum), const(plan.sum)))  # fmt: skip
+    return specs
+
+
+SPECS = [
+    OpSpec("moe_topk", "moe", moe_topk_case,
+           (({"tokens": 5, "num_experts": 12, "top_k": 3}, torch.float32),
+            ({"tokens": 3, "num_experts": 16, "top_k": 4, "scoring": "sigmoid", "bias": True, "groups": 4,
+              "topk_group": 2, "scaling": 2.5}, torch.bfloat16)),
+           moe_topk_shapes, tune_candidates=moe_topk_candidates, x_axis="tokens", kernels=moe_topk_kernels),
+    OpSpec("fused_experts", "moe", fused_experts_case,
+           (({"tokens": 6, "num_experts": 6, "top_k": 2, "hidden_size": 40, "intermediate_size": 24}, torch.float16),),
+           fused_experts_shapes, tune_candidates=fused_experts_candidates, tune_shapes=fused_experts_tune_shapes,
+           tune_keep=fused_experts_keep, tolerance_scale=2, x_axis="tokens", kernels=fused_experts_kernels),
+]  # fmt: skip

@@ -1,0 +1,105 @@
+"""SGLang 0.5.23's own MoE kernels, run on our ops' inputs (bench) and as
+ahead-of-time compile specs (``kunlun-triton inspect``, the README's
+register/spill table).
+
+- routing: ``fused_topk`` (its CUDA JIT router), or the grouped
+  ``grouped_topk`` / ``biased_grouped_topk``;
+- experts: ``fused_experts_impl``, its Triton path: ``moe_align_block_size``
+  (a CUDA JIT kernel: on CPU the bench row says so), ``fused_moe_kernel`` for
+  W13 into a [T*K, 2I] cache, ``silu_and_mul``, ``fused_moe_kernel`` for W2
+  with the routed weight, then the K-sum.
+
+Importing this module imports sglang (ImportError when absent). Compile
+the specs in a process without ``SGLANG_PLATFORM=kunlun``: our platform's
+development mode sets ``TRITON_INTERPRET=1`` as SGLang loads, which turns
+SGLang's kernels into interpreted functions.
+"""
+
+from __future__ import annotations
+
+import torch
+from sglang.srt.layers.moe import topk as sglang_topk
+from sglang.srt.layers.moe.moe_runner.triton_utils.fused_moe import fused_experts_impl
+
+from kunlun_triton.testing.aot import KernelSpec
+
+FUSED_MOE_KERNEL = "sglang.kernels.ops.moe.fused_moe_triton_kernels:fused_moe_kernel"
+_TRITON_DTYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
+
+
+def sglang_moe_topk(logits, top_k, *, renormalize=True, scoring="softmax", correction_bias=None,
+                    num_expert_group=None, topk_group=None, routed_scaling_factor=None):  # fmt: skip
+    """(topk_weights, topk_ids) from SGLang's router for our op's arguments."""
+    scaled = routed_scaling_factor is not None
+    if num_expert_group and correction_bias is not None:
+        return sglang_topk.biased_grouped_topk(logits, logits, correction_bias, top_k, renormalize, num_expert_group,
+                                               topk_group, routed_scaling_factor=routed_scaling_factor,
+                                               apply_routed_scaling_factor_on_output=scaled)  # fmt: skip
+    if num_expert_group:
+        return sglang_topk.grouped_topk(logits, logits, top_k, renormalize, num_expert_group, topk_group,
+                                        routed_scaling_factor=routed_scaling_factor,
+                                        apply_routed_scaling_factor_on_output=scaled, scoring_func=scoring)  # fmt: skip
+    return sglang_topk.fused_topk(logits, logits, top_k, renormalize, correction_bias=correction_bias,
+                                  scoring_func=scoring, routed_scaling_factor=routed_scaling_factor,
+                                  apply_routed_scaling_factor_on_output=scaled)  # fmt: skip
+
+
+def moe_topk_baseline(case):
+    """SGLang's router on a `moe_topk` bench case."""
+    logits, top_k, kwargs = case.args
+    return lambda: sglang_moe_topk(logits, top_k, **kwargs)
+
+
+def fused_experts_baseline(case):
+    """SGLang's Triton fused_experts on a `fused_experts` bench case (its own output)."""
+    x, w13, w2, topk_weights, topk_ids = case.args
+    return lambda: fused_experts_impl(x, w13, w2, topk_weights, topk_ids, inplace=False, filter_expert=False)
+
+
+def fused_moe_kernel_spec(dtype: torch.dtype, *, block_m: int, block_n: int, block_k: int, top_k: int,
+                          mul_routed_weight: bool, even_k: bool = True, group_size_m: int = 1) -> KernelSpec:  # fmt: skip
+    """SGLang's ``fused_moe_kernel`` as ``invoke_fused_moe_kernel`` launches it
+    for unquantized weights (no TMA, no bias, no fused epilogues), at the given
+    block sizes: W13 with ``block_n`` = 2 x our BLOCK_N covers what one of our
+    gate/up programs does per K step; W2 with ``mul_routed_weight``. The unit
+    strides (A, B along K and C along N) are specialised to 1, as a launch does."""
+    t = _TRITON_DTYPES[dtype]
+    none = ("a_desc", "b_desc", "bias_ptr", "a_scale_ptr", "b_scale_ptr", "add_mask_ptr")
+    one = ("stride_ak", "stride_bk", "stride_cn")
+    zero = ("stride_bias_e", "stride_bias_n", "stride_asm", "stride_ask", "stride_bse", "stride_bsk", "stride_bsn")
+    constexprs = {
+        **{n: None for n in none}, **{n: 1 for n in one}, **{n: 0 for n in zero},
+        "group_n": 0, "group_k": 0, "BLOCK_SIZE_M": block_m, "BLOCK_SIZE_N": block_n, "BLOCK_SIZE_K": block_k,
+        "GROUP_SIZE_M": group_size_m, "MUL_ROUTED_WEIGHT": mul_routed_weight, "top_k": top_k,
+        "compute_type": {"bf16": "tl.bfloat16", "fp16": "tl.float16", "fp32": "tl.float32"}[t],
+        "use_fp8_w8a8": False, "use_int8_w8a8": False, "use_int8_w8a16": False, "per_channel_quant": False,
+        "even_Ks": even_k, "c_sorted": False, "swap_ab": False, "FUSE_ADD_TO_OUTPUT": False, "MASK_OUTPUT": False,
+        "FUSE_SUM_ALL_REDUCE": False, "ROUTER_TOPK": 1, "FUSE_SWIGLU": False, "USE_GDC": False, "GDC_EARLY": False,
+        "A_OUTPUT_SLICES": 1, "A_OUTPUT_SLICE_WIDTH": 0, "A_OUTPUT_SLICE_K": 0,
+    }  # fmt: skip
+    signature = {
+        "a_ptr": f"*{t}", "b_ptr": f"*{t}", "c_ptr": f"*{t}", "topk_weights_ptr": "*fp32",
+        "sorted_token_ids_ptr": "*i32", "expert_ids_ptr": "*i32", "num_tokens_post_padded_ptr": "*i32",
+        "N": "i32", "K": "i32", "EM": "i32", "num_valid_tokens": "i32",
+        "stride_am": "i32", "stride_be": "i32", "stride_bn": "i32", "stride_cm": "i32",
+    }  # fmt: skip
+    signature.update({k: "constexpr" for k in constexprs})
+    return KernelSpec(FUSED_MOE_KERNEL, signature, constexprs)
+
+
+def fused_experts_kernel_baselines(shape: dict, dtype: torch.dtype, config: dict | None = None) -> dict:
+    """``{our kernel: SGLang's}`` for a `fused_experts` shape: SGLang's
+    ``fused_moe_kernel`` at the block sizes our W13 and W2 kernels use there
+    (from the op spec's ``kernels``, the same code as the launcher)."""
+    from kunlun_triton.ops.moe.spec import fused_experts_kernels
+
+    ours = {k.kernel.split(":")[1]: k for k in fused_experts_kernels(shape, dtype, config)}
+    up, down = ours["moe_gate_up_kernel"].constexprs, ours["moe_down_kernel"].constexprs
+    return {
+        "moe_gate_up_kernel": fused_moe_kernel_spec(
+            dtype, block_m=up["BLOCK_M"], block_n=2 * up["BLOCK_N"], block_k=up["BLOCK_K"], top_k=shape["top_k"],
+            mul_routed_weight=False, even_k=shape["hidden_size"] % up["BLOCK_K"] == 0),
+        "moe_down_kernel": fused_moe_kernel_spec(
+            dtype, block_m=down["BLOCK_M"], block_n=down["BLOCK_N"], block_k=down["BLOCK_K"], top_k=1,
+            mul_routed_weight=True, even_k=shape["intermediate_size"] % down["BLOCK_K"] == 0),
+    }  # fmt: skip

@@ -1,0 +1,188 @@
+"""Mixture-of-experts layers on our ops: SGLang 0.5.23's ``TopK`` router runs
+`moe_topk` and its ``UnquantizedFusedMoEMethod`` (the experts of an
+unquantized ``FusedMoE``) runs `fused_experts`.
+
+Both classes are ``BaseFusedOp``s, so the seam is the one the other fused ops
+use: a forward registered under our dispatch key for the EXACT class (the
+install table registers them). A model's shared experts are a plain MLP
+beside ``FusedMoE`` and keep SGLang's dense path (our RMSNorm/SiLU forwards
+apply there as anywhere).
+
+Anything our ops do not compute falls back per call to the class's
+``forward_native`` (what our platform ran before): custom routing
+functions, fused shared-expert slots, EPLB remapping, sqrtsoftplus
+scoring, padded (CUDA-graph) batches, SwiGLU-OAI limits, expert biases,
+non-gated or exotic activations. What cannot run on our target at all fails
+at start with an error saying so (`check_server_args`, `check_model`):
+expert parallelism, an MoE runner backend other than triton, and quantized
+MoE (SGLang's kernels for those are CUDA-only).
+
+``routed_scaling_factor``: SGLang's CUDA Triton runner multiplies the expert
+sum by it and models skip their own multiply when ``is_cuda()``; elsewhere
+the models multiply themselves (the native path does not). The experts
+forward does what the model expects on the machine it runs on.
+"""
+
+from __future__ import annotations
+
+import logging
+
+logger = logging.getLogger("kunlun_triton.sglang_plugin")
+
+MOE_OPS = "moe_topk, fused_experts"
+_SUPPORTED_RUNNER_BACKENDS = ("auto", "triton")
+
+
+def _native_routing_forced() -> bool:
+    from sglang.srt.environ import envs
+
+    return bool(envs.SGLANG_SIMULATE_UNIFORM_EXPERTS.get() or envs.SGLANG_SIMULATE_ROUND_ROBIN_EXPERTS.get())
+
+
+def _topk_forward(self, hidden_states, router_logits, *, num_token_non_padded=None,
+                  expert_location_dispatch_info=None, dynamic_expert_bias=None, router_logits_partials=None):  # fmt: skip
+    from kunlun_triton import ops
+    from sglang.srt.eplb.expert_distribution import get_global_expert_distribution_recorder
+    from sglang.srt.layers.moe.topk import (
+        StandardTopKOutput,
+        TopKOutputFormat,
+        capture_routed_experts_if_allowed,
+    )
+
+    from . import dev_mode
+
+    cfg = self.topk_config
+    padded, placement = self._resolve_routing_inputs(num_token_non_padded, expert_location_dispatch_info)
+    grouped = bool(cfg.use_grouped_topk)
+    if (
+        padded is not None
+        or placement is not None
+        or dynamic_expert_bias is not None
+        or router_logits_partials is not None
+        or cfg.custom_routing_function is not None
+        or cfg.num_shared_topk_slots
+        or cfg.scoring_func not in ("softmax", "sigmoid")
+        or cfg.sqrtsoftplus_log1p
+        or cfg.output_format not in (None, TopKOutputFormat.STANDARD)
+        # with a bias SGLang's grouped top-k scores by sigmoid whatever scoring_func says
+        or (grouped and cfg.correction_bias is not None and cfg.scoring_func != "sigmoid")
+        or router_logits.dim() != 2
+        or router_logits.shape[0] == 0
+        or _native_routing_forced()
+    ):
+        return self.forward_native(
+            hidden_states, router_logits, num_token_non_padded=num_token_non_padded,
+            expert_location_dispatch_info=expert_location_dispatch_info, dynamic_expert_bias=dynamic_expert_bias,
+            router_logits_partials=router_logits_partials,
+        )  # fmt: skip
+    scaling = cfg.routed_scaling_factor if cfg.apply_routed_scaling_factor_on_output else None
+    weights, ids = ops.moe_topk(
+        router_logits, cfg.top_k, renormalize=cfg.renormalize, scoring=cfg.scoring_func,
+        correction_bias=cfg.correction_bias, num_expert_group=cfg.num_expert_group if grouped else None,
+        topk_group=cfg.topk_group if grouped else None, routed_scaling_factor=scaling, check=dev_mode(),
+    )  # fmt: skip
+    # What select_experts does after routing when no expert placement is in play.
+    capture_routed_experts_if_allowed(cfg, self.layer_id, ids)
+    get_global_expert_distribution_recorder().on_select_experts(topk_ids=ids)
+    return self._apply_waterfill(StandardTopKOutput(weights, ids, router_logits), hidden_states.shape[0])
+
+
+def _experts_forward(self, layer, dispatch_output):
+    from kunlun_triton import ops
+    from sglang.srt.layers.moe.token_dispatcher import StandardCombineInput
+    from sglang.srt.layers.moe.topk import TopKOutputChecker
+    from sglang.srt.utils import is_cuda
+
+    from . import dev_mode
+
+    cfg = self.moe_runner_config
+    topk_output = dispatch_output.topk_output
+    if (
+        not TopKOutputChecker.format_is_standard(topk_output)
+        or cfg.activation not in ("silu", "gelu", "gelu_tanh")
+        or not cfg.is_gated
+        or cfg.no_combine
+        or cfg.gemm1_alpha is not None
+        or cfg.gemm1_clamp_limit is not None
+        or cfg.swiglu_limit is not None
+        or self.with_bias
+        or self.w13_swiglu_interleaved
+        or dispatch_output.hidden_states.dim() != 2
+        or dispatch_output.hidden_states.dtype != layer.w13_weight.dtype
+    ):
+        return self.forward_native(layer, dispatch_output)
+    out = ops.fused_experts(
+        dispatch_output.hidden_states, layer.w13_weight, layer.w2_weight, topk_output.topk_weights,
+        topk_output.topk_ids, activation=cfg.activation,
+        apply_router_weight_on_input=bool(cfg.apply_router_weight_on_input),
+        check=dev_mode() and layer.moe_ep_size == 1,
+    )  # fmt: skip
+    scale = cfg.routed_scaling_factor
+    if is_cuda() and scale not in (None, 1.0) and not layer.should_fuse_routed_scaling_factor_in_topk:
+        out.mul_(scale)  # the CUDA runner's job there (see the module doc)
+    return StandardCombineInput(hidden_states=out)
+
+
+def register_moe_ops(dispatch_key: str) -> dict[type, str]:
+    """Register the router and experts forwards under `dispatch_key` (the
+    install table does, once); returns {class: op name}."""
+    from sglang.kernels.fused_op import BaseFusedOp
+    from sglang.srt.layers.moe.topk import TopK
+    from sglang.srt.layers.quantization.unquant import UnquantizedFusedMoEMethod
+
+    table = {TopK: (_topk_forward, "moe_topk"), UnquantizedFusedMoEMethod: (_experts_forward, "fused_experts")}
+    for cls, (fn, _) in table.items():
+        BaseFusedOp.register_oot_forward(cls, fn, dispatch_key)
+    return {cls: name for cls, (_, name) in table.items()}
+
+
+class UnsupportedMoE(ValueError):
+    """An MoE configuration that cannot run on our target."""
+
+
+def check_server_args(server_args) -> None:
+    """Refuse, at start, MoE settings whose SGLang paths need CUDA-only kernels."""
+    ep_size = getattr(server_args, "ep_size", 1) or 1
+    if ep_size > 1:
+        raise UnsupportedMoE(
+            f"kunlun-triton: expert parallelism (--ep-size {ep_size}) is not supported on the kunlun platform: "
+            "SGLang's expert dispatch and placement paths need CUDA kernels. Use --tp-size instead (the MoE "
+            "layers then shard each expert's width across the ranks and run moe_topk + fused_experts)."
+        )
+    a2a = getattr(server_args, "moe_a2a_backend", "none") or "none"
+    if a2a != "none":
+        raise UnsupportedMoE(
+            f"kunlun-triton: --moe-a2a-backend {a2a} is not supported on the kunlun platform (CUDA-only "
+            "all-to-all kernels); leave it at 'none'."
+        )
+    runner = getattr(server_args, "moe_runner_backend", "auto") or "auto"
+    if runner not in _SUPPORTED_RUNNER_BACKENDS:
+        raise UnsupportedMoE(
+            f"kunlun-triton: --moe-runner-backend {runner} is not supported on the kunlun platform; its MoE "
+            f"layers run kunlun-triton's {MOE_OPS} (--moe-runner-backend auto or triton)."
+        )
+
+
+def check_model(model) -> int:
+    """Refuse a loaded model with an MoE layer our ops cannot run (quantized
+    experts, expert parallelism); returns the number of MoE layers found."""
+    from sglang.srt.layers.moe.fused_moe_triton.layer import FusedMoE
+    from sglang.srt.layers.quantization.unquant import UnquantizedFusedMoEMethod
+
+    from kunlun_triton.runtime import current_target
+
+    layers = [(name, m) for name, m in model.named_modules() if isinstance(m, FusedMoE)]
+    for name, layer in layers:
+        method = type(layer.quant_method)
+        if method is not UnquantizedFusedMoEMethod:
+            raise UnsupportedMoE(
+                f"kunlun-triton: MoE layer {name} uses {method.__name__} (a quantized or wrapped expert method); "
+                f"on target {current_target().name} only unquantized experts run (kunlun-triton's {MOE_OPS}). "
+                "SGLang's quantized MoE kernels are CUDA-only: serve the unquantized checkpoint."
+            )
+        if layer.moe_ep_size > 1:
+            raise UnsupportedMoE(f"kunlun-triton: MoE layer {name} is expert-parallel (ep size "
+                                 f"{layer.moe_ep_size}), which the kunlun platform does not support")  # fmt: skip
+    if layers:
+        logger.debug("kunlun-triton: %d MoE layers run %s", len(layers), MOE_OPS)
+    return len(layers)

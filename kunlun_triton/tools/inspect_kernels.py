@@ -1,0 +1,262 @@
+"""`kunlun-triton inspect`: what an op's kernels cost on a target, before any card.
+
+For each op whose spec plans its kernels (`OpSpec.kernels`), the launcher
+runs on meta tensors of the requested shape as the target would run it
+(its config, its capabilities; launches stubbed), the planned kernels are
+compiled ahead of time (CUDA sm_90 or HIP gfx942; Kunlun's plans on sm_90
+as a proxy) and measured from their machine code (`testing.sass`). With
+``--compare sglang`` SGLang 0.5.23's kernels for the same job are planned by
+SGLang's own launchers and measured in the same run.
+
+Per kernel: registers per thread, spill bytes, shared memory, warps,
+stages, occupancy (CTAs per SM on sm_90, waves per SIMD on gfx942), SASS
+(or AMDGCN) instructions in total and in each loop, the first loop being
+the main one (decode: whole KV tiles; extend: the prefix), and per item
+(key) of a loop's tile. Optional, per op: bytes one call moves
+(``--traffic``, where the op models it), distinct compilations over a
+generation (``--compilations``), Python microseconds per launcher call with
+the launch stubbed (``--launcher-us``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import torch
+
+from ..runtime import Target, targeting
+from ..runtime.dtypes import dtype_name
+from .compilations import GENERATION_OPS
+from .presets import DEFAULT_PRESET, MODEL_PRESETS, parse_shapes
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+TARGETS = {"cuda": "sm_90", "hip": "gfx942", "kunlun": "p800"}
+BATCH_KEYS = ("batch", "rows", "tokens")  # what --batch sets, first present
+CONTEXT_KEYS = ("context_len", "prefix_len")  # what --context sets
+
+
+def parse_target(text: str) -> Target:
+    name, _, arch = text.partition(":")
+    if name not in TARGETS:
+        raise ValueError(f"--target {text!r}: expected one of {', '.join(f'{n}:{a}' for n, a in TARGETS.items())}")
+    return Target(name, arch or TARGETS[name], "meta", "kunlun-triton inspect")
+
+
+def resolve_preset(name: str):
+    """A model preset by name; dashes optional (``llama3-8b`` is ``llama-3-8b``)."""
+    for preset in MODEL_PRESETS.values():
+        if preset.name.replace("-", "") == name.replace("-", ""):
+            return preset
+    raise ValueError(f"unknown preset {name!r}; known: {', '.join(sorted(MODEL_PRESETS))}")
+
+
+def op_shape(spec, preset, batch=None, context=None, overrides=None) -> dict:
+    """The op's first bench shape for `preset`, with --batch, --context and
+    --shape applied (--batch sets batch, else rows, else tokens)."""
+    shape = dict(spec.bench_shapes(preset, False)[0])
+    for key in BATCH_KEYS:
+        if batch is not None and key in shape:
+            shape[key] = batch
+            break
+    for key in CONTEXT_KEYS:
+        if context is not None and key in shape:
+            shape[key] = context
+            break
+    for key, values in (overrides or {}).items():
+        shape[key] = values[0]
+    return shape
+
+
+def _main_loop(cost: dict):
+    return cost["loops"][0]["instructions"] if cost["loops"] else None
+
+
+def _row(op, impl, result) -> dict:
+    spec = result["spec"]
+    row = {"op": op, "impl": impl, "kernel": spec.name}
+    if not result["ok"]:
+        return {**row, "error": result["error"].strip().splitlines()[-1]}
+    from ..testing.sass import kernel_cost
+
+    cost = kernel_cost(result)
+    items = spec.loop_items
+    loop = _main_loop(cost)
+    return {
+        **row,
+        "regs": cost["regs"],
+        "spill_bytes": cost["spill_bytes"],
+        "smem_bytes": cost["smem_bytes"],
+        "num_warps": cost["num_warps"],
+        "num_stages": cost["num_stages"],
+        "occupancy": cost["occupancy"],
+        "occupancy_unit": cost["occupancy_unit"],
+        "sass_total": cost["sass_total"],
+        "sass_loop": loop,
+        "items_per_loop": items,
+        "sass_per_item": round(loop / items, 2) if loop and items else None,
+        "loops": [loop["instructions"] for loop in cost["loops"]],
+        "constexprs": {k: v for k, v in spec.constexprs.items() if k.isupper() or k.startswith("BLOCK")},
+    }
+
+
+def _baselines(kind: str) -> dict:
+    """SGLang's `inspect_baselines` / `traffic_baselines` / `launcher_baselines`, or {} without SGLang."""
+    import importlib.util
+
+    if importlib.util.find_spec("sglang") is None:
+        return {}
+    module = __import__("kunlun_triton.sglang_plugin.baselines", fromlist=[kind])
+    return getattr(module, kind)()
+
+
+def inspect_ops(names, target: Target, preset, dtype, batch=None, context=None, overrides=None,
+                compare=(), traffic=False, compilations=False, launcher_us=False, compile=True) -> dict:  # fmt: skip
+    from ..ops.spec import all_specs
+    from ..testing import aot_target, compile_ahead_of_time
+
+    specs = all_specs()
+    families = {s.family for s in specs.values()}
+    names = [n for name in names for n in ([s.name for s in specs.values() if s.family == name]
+                                           if name in families else [name])]  # fmt: skip
+    unknown = [n for n in names if n not in specs]
+    if unknown:
+        raise ValueError(f"unknown op {unknown}; ops: {', '.join(specs)}")
+    unplanned = [n for n in names if specs[n].kernels is None]
+    if unplanned:
+        raise ValueError(f"{', '.join(unplanned)}: the spec does not plan its kernels (OpSpec.kernels)")
+    sglang = _baselines("inspect_baselines") if "sglang" in compare else {}
+    if "sglang" in compare and not sglang:
+        raise ValueError("--compare sglang needs SGLang installed (run in the sglang environment)")
+
+    report = {"target": f"{target.name}:{target.arch}", "compiled_for": aot_target(target), "preset": preset.name,
+              "dtype": dtype_name(dtype), "ops": {}, "kernels": []}  # fmt: skip
+    jobs = []
+    with targeting(target):
+        for name in names:
+            shape = op_shape(specs[name], preset, batch, context, overrides)
+            report["ops"][name] = {"shape": shape}
+            jobs += [(name, "ours", k) for k in specs[name].kernels(shape, dtype, None)]
+            if name in sglang:
+                jobs += [(name, "sglang", k) for k in sglang[name](shape, dtype)]
+    results = compile_ahead_of_time([(k, aot_target(target)) for _, _, k in jobs], artifacts=True) if compile else []
+    for (name, impl, _), result in zip(jobs, results):
+        row = _row(name, impl, result)
+        report["kernels"].append(row)
+        report["ops"][name].setdefault("kernels", []).append(row)
+
+    for name in names:
+        extras = report["ops"][name]
+        shape = extras["shape"]
+        if traffic:
+            sg = _baselines("traffic_baselines") if compare else {}
+            with targeting(target):
+                extras["bytes_per_call"] = {
+                    **({"ours": specs[name].traffic(shape, dtype)} if specs[name].traffic else {}),
+                    **({"sglang": sg[name](shape, dtype)} if name in sg else {}),
+                }
+        if compilations and name in GENERATION_OPS:
+            extras["compilations"] = generation_compilations(name, specs[name], target, preset, dtype,
+                                                             sglang.get(name))  # fmt: skip
+        if launcher_us:
+            extras["launcher_us"] = launcher_overhead(name, specs[name], target, shape, dtype,
+                                                      _baselines("launcher_baselines").get(name) if compare else None)  # fmt: skip
+    return report
+
+
+def generation_compilations(name, spec, target, preset, dtype, sglang_plan=None) -> dict:
+    from .compilations import count_compilations, generation_shapes
+
+    out = {}
+    with targeting(target):
+        out["ours"] = count_compilations(lambda s, d: spec.kernels(s, d, None), generation_shapes(name, preset), dtype)
+        if sglang_plan is not None:
+            out["sglang"] = count_compilations(sglang_plan, generation_shapes(name, preset), dtype)
+    return out
+
+
+def launcher_overhead(name, spec, target, shape, dtype, sglang_call=None) -> dict:
+    """Python microseconds per call, launches stubbed, on CPU tensors of the
+    shape (the target's configs and capabilities), ours and SGLang's in
+    interleaved rounds."""
+    from ..testing.launches import compare_launchers_us
+
+    cpu = Target(target.name, target.arch, "cpu", target.reason)
+    with targeting(cpu):
+        case = spec.make_case(shape, dtype, "cpu")
+        calls = {"ours": lambda: case.run(None)}
+        if sglang_call is not None:
+            calls["sglang"] = sglang_call(shape, dtype, "cpu")
+        # a yardstick for this machine's speed, measured alongside
+        calls["torch.empty"] = lambda: torch.empty((8, 4096), dtype=dtype)
+        return {impl: round(us, 2) for impl, us in compare_launchers_us(calls).items()}
+
+
+def format_report(report: dict) -> str:
+    lines = [f"# {report['target']} (compiled for {report['compiled_for']}), {report['preset']}, {report['dtype']}"]
+    header = ("impl", "kernel", "regs", "spill", "smem", "warps", "stages", "occ", "sass", "loop", "items", "per item",
+              "loops")  # fmt: skip
+    for name, op in report["ops"].items():
+        lines.append("")
+        lines.append(f"## {name} " + " ".join(f"{k}={v}" for k, v in op["shape"].items() if not isinstance(v, list)))
+        rows = [header] if op.get("kernels") else []
+        for r in op.get("kernels", []):
+            if "error" in r:
+                rows.append((r["impl"], r["kernel"], "error: " + r["error"][:80]))
+                continue
+            rows.append((r["impl"], r["kernel"], r["regs"], r["spill_bytes"], r["smem_bytes"], r["num_warps"],
+                         r["num_stages"], r["occupancy"], r["sass_total"], r["sass_loop"] or "-",
+                         r["items_per_loop"] or "-", r["sass_per_item"] or "-", ",".join(map(str, r["loops"])) or "-"))
+        widths = [max([len(str(row[i])) for row in rows if i < len(row)] or [0]) for i in range(len(header))]
+        lines += ["  ".join(str(v).rjust(w) if i > 1 else str(v).ljust(w) for i, (v, w) in enumerate(zip(row, widths)))
+                  for row in rows]  # fmt: skip
+        for key, unit in (("bytes_per_call", "bytes per call"), ("compilations", "compilations over a generation"),
+                          ("launcher_us", "Python us per launcher call, launches stubbed")):  # fmt: skip
+            if op.get(key):
+                values = op[key]
+                text = ", ".join(f"{impl} {value}" for impl, value in values.items())
+                if key != "compilations" and {"ours", "sglang"} <= set(values) and values["sglang"]:
+                    text += f" (ours / sglang = {values['ours'] / values['sglang']:.3f})"
+                lines.append(f"{unit}: {text}")
+    if report["kernels"]:
+        lines.append("")
+        lines.append(f"occupancy: {report['kernels'][0].get('occupancy_unit', '')}; loops: instructions per "
+                     "iteration of each loop in program order (the first is the main one); items: what one "
+                     "main-loop iteration covers (keys for attention)")  # fmt: skip
+    return "\n".join(lines)
+
+
+def main(argv) -> int:
+    parser = argparse.ArgumentParser(prog="kunlun-triton inspect", description=__doc__.split("\n\n")[0])
+    parser.add_argument("ops", nargs="+", help="op or family names whose spec plans its kernels")
+    parser.add_argument("--target", default="cuda:sm_90", help="cuda:sm_90 | hip:gfx942 | kunlun:p800")
+    parser.add_argument("--preset", default=DEFAULT_PRESET, help=f"model preset ({', '.join(MODEL_PRESETS)})")
+    parser.add_argument("--dtype", default="bf16", choices=sorted(DTYPES))
+    parser.add_argument("--batch", type=int, help="requests (decode/extend) or rows/tokens")
+    parser.add_argument("--context", type=int, help="context length (decode) or cached prefix (extend)")
+    parser.add_argument("--shape", action="append", metavar="KEY=V", help="set any key of the op's shape")
+    parser.add_argument("--compare", action="append", default=[], choices=["sglang"], help="also SGLang's kernels")
+    parser.add_argument("--traffic", action="store_true", help="bytes one call moves (ops with a model of it)")
+    parser.add_argument("--compilations", action="store_true", help="distinct compilations over a generation")
+    parser.add_argument("--launcher-us", action="store_true", help="Python us per launcher call, launch stubbed")
+    parser.add_argument("--no-compile", action="store_true", help="skip the kernels' machine code (extras only)")
+    parser.add_argument("--json", metavar="FILE", help="write the report as JSON")
+    args = parser.parse_args(argv)
+    try:
+        target = parse_target(args.target)
+        preset = resolve_preset(args.preset)
+        for value, flag, least in ((args.batch, "--batch", 1), (args.context, "--context", 0)):
+            if value is not None and value < least:
+                raise ValueError(f"{flag} must be >= {least}, got {value}")
+        report = inspect_ops(args.ops, target, preset, DTYPES[args.dtype], args.batch, args.context,
+                             parse_shapes(args.shape), args.compare, args.traffic, args.compilations,
+                             args.launcher_us, not args.no_compile)  # fmt: skip
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(format_report(report))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=1, default=str)
+    return 1 if any("error" in r for r in report["kernels"]) else 0
