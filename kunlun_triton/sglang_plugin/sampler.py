@@ -3,7 +3,9 @@
 Registered with ``register_sampler_backend`` (SGLang 0.5.23,
 ``sglang/srt/layers/sampler.py``). Greedy batches run ``ops.greedy``; the
 rest run ``ops.sample`` with each request's temperature, top-k, top-p, min-p
-(a greedy request in a mixed batch has top_k = 1) and a per-request seed:
+(a greedy request in a mixed batch has top_k = 1; a filter no request uses,
+by SGLang's ``need_*_sampling`` flags, is passed as the number that turns it
+off, so its work is compiled out) and a per-request seed:
 the request's ``sampling_seed`` when it gives one, else a seed drawn once
 from torch's default generator (which SGLang seeds with ``random_seed``). The
 seed travels with the request through batch filters and merges, so a seeded
@@ -80,12 +82,14 @@ class KunlunSampler(Sampler):
         else:
             temperatures = sampling_info.temperatures.view(-1)
             seeds = sampling_info.sampling_seed
+            # A filter no request in the batch uses goes in as the number
+            # that switches it off, so the kernels skip its work entirely.
             ids = ops.sample(
                 logits,
                 temperatures,
-                sampling_info.top_ks,
-                sampling_info.top_ps,
-                sampling_info.min_ps,
+                sampling_info.top_ks if sampling_info.need_top_k_sampling else -1,
+                sampling_info.top_ps if sampling_info.need_top_p_sampling else 1.0,
+                sampling_info.min_ps if sampling_info.need_min_p_sampling else 0.0,
                 seeds=seeds,
                 positions=positions if seeds is not None else None,
                 check_values=False,

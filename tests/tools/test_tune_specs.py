@@ -109,8 +109,9 @@ LOOKUP_DIMS = {
     "rms_norm": {"hidden_size"}, "fused_add_rms_norm": {"hidden_size"},
     "moe_topk": {"num_experts"},
     "fused_experts": {"tokens", "num_experts", "top_k", "hidden_size", "intermediate_size"},
-    **{op: {"batch", "vocab"} for op in ("sample", "greedy", "top_k_renorm_probs", "top_p_renorm_probs",
-                                         "min_p_renorm_probs", "renorm_probs")},
+    # by the vocabulary only: a row's blocks (and so its draw) never depend on the batch
+    **{op: {"vocab"} for op in ("sample", "greedy", "top_k_renorm_probs", "top_p_renorm_probs",
+                                "min_p_renorm_probs", "renorm_probs")},
 }  # fmt: skip
 
 

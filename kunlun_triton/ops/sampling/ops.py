@@ -13,27 +13,42 @@ Semantics (SGLang's pytorch sampling backend, see `reference.sampling`):
 
 The draw is a pure function of (seed, position, the row's logits and
 parameters): the same in any batch order or composition, on the kernel and
-on the torch fallback alike. Without ``seeds``, seeds are drawn from
+on the torch fallback alike (the kernels cut every row into the same blocks,
+set by the vocabulary alone). Without ``seeds``, seeds are drawn from
 ``generator`` (or torch's default generator on the logits' device), so runs
 repeat from the generator's state.
 
 Bad values: NaN logits are never drawn, +inf logits act as the largest
-finite float32. A row with no finite logit returns token 0 (SGLang's choice
+finite float32 (several +inf share the draw evenly). Logits of any finite
+magnitude work: the kernels subtract the row max before dividing by the
+temperature. A row with no finite logit returns token 0 (SGLang's choice
 when sampling fails) without disturbing the other rows; ``strict=True``
 raises instead (one device sync). Parameter values out of range raise
 ValueError before any kernel runs (one device sync; ``check_values=False``
 skips it when the caller has validated, as SGLang's sampling params do).
+
+Launch plan (`sample_plan`, also what `OpSpec.kernels` compiles): see
+`kernels` for the passes. A filter given as a plain number that filters
+nothing (top_k -1, top_p 1.0, min_p 0.0) is switched off at compile time,
+so temperature-only batches run two launches and never a pivot round;
+temperature 0 or top_k 1 as a number runs `greedy`'s two launches.
 """
 
 from __future__ import annotations
 
 import numbers
+import operator
 
 import torch
 
-from ...runtime import get_config, launch_options, use_triton
+from ...runtime import capabilities, current_target, get_config, launch_options, plan_cache, use_triton
 from ..validation import require_tensor
-from . import kernels, reference
+from . import kernels, pivot_kernels, reference, renorm_kernels
+
+TOP_R = 4  # a block's largest values handed to stage 2 (S covers top-k <= ~70 at vocab 152k)
+PIVOTS = 4  # keys a pivot round evaluates per read of the row
+ROUNDS = 1  # pivot rounds launched; the last one finishes any row left (module docstring)
+_DTYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16", torch.int32: "i32", torch.int64: "i64"}
 
 
 def _check_matrix(op: str, name: str, t) -> None:
@@ -42,25 +57,51 @@ def _check_matrix(op: str, name: str, t) -> None:
         raise ValueError(f"{op}: {name} has an empty vocabulary dimension")
 
 
+_constants: dict = {}
+
+
+def _constant_rows(value, batch: int, dtype, device) -> torch.Tensor:
+    """A cached read-only [batch] tensor of `value` (kernels never write
+    their parameter tensors), so a number costs no allocation per call."""
+    key = (value, batch, dtype, device)
+    found = _constants.get(key)
+    if found is None:
+        if len(_constants) > 256:
+            _constants.clear()
+        found = _constants[key] = torch.full((batch,), value, dtype=dtype, device=device)
+    return found
+
+
+_KIND_DTYPES = {"float": (torch.float32,), "int": (torch.int32, torch.int64)}
+
+
 def _per_row(op: str, name: str, value, batch: int, device, kind: str) -> torch.Tensor:
     """`value` (a number or a [batch] tensor) as a contiguous [batch] tensor:
-    kind "float" -> float32, "int32" / "int64" -> that integer type."""
-    dtype = {"float": torch.float32, "int32": torch.int32, "int64": torch.int64}[kind]
-    if isinstance(value, numbers.Number) and not isinstance(value, bool):
+    kind "float" -> float32; "int" -> int32 or int64 as given (numbers: int64)."""
+    if (isinstance(value, torch.Tensor) and value.dtype in _KIND_DTYPES[kind] and value.shape == (batch,)
+            and value.device == device and value.is_contiguous()):  # fmt: skip
+        return value  # the common case (SGLang's), in a few attribute reads
+    if _is_number(value):
         if kind != "float" and not isinstance(value, numbers.Integral):
             raise TypeError(f"{op}: {name} must be an integer, got {value!r}")
-        return torch.full((batch,), value, dtype=dtype, device=device)
+        if kind == "float":
+            return _constant_rows(float(value), batch, torch.float32, device)
+        return _constant_rows(int(value), batch, torch.int64, device)
     if not isinstance(value, torch.Tensor):
         raise TypeError(f"{op}: {name} must be a number or a torch.Tensor, got {type(value).__name__}")
     if value.dim() != 1 or value.shape[0] != batch:
         raise ValueError(f"{op}: {name} must have shape [{batch}] (one per row), got {tuple(value.shape)}")
-    if value.device != torch.device(device):
+    if value.device != device:
         raise ValueError(f"{op}: {name} is on {value.device} but the {'probs' if 'renorm' in op else 'logits'} are on {device}")
-    if kind == "float" and not value.dtype.is_floating_point:
-        raise TypeError(f"{op}: {name} must be a floating-point tensor, got {value.dtype}")
-    if kind != "float" and (value.dtype.is_floating_point or value.dtype == torch.bool or value.is_complex()):
+    if kind == "float":
+        if not value.dtype.is_floating_point:
+            raise TypeError(f"{op}: {name} must be a floating-point tensor, got {value.dtype}")
+        return value if value.dtype == torch.float32 and value.is_contiguous() else value.float().contiguous()
+    if value.dtype.is_floating_point or value.dtype == torch.bool or value.is_complex():
         raise TypeError(f"{op}: {name} must be an integer tensor, got {value.dtype}")
-    return value.to(dtype).contiguous()
+    if value.dtype in (torch.int32, torch.int64) and value.is_contiguous():
+        return value
+    return value.to(torch.int64).contiguous()
 
 
 def _raise_if_any(op: str, checks) -> None:
@@ -74,20 +115,139 @@ def _raise_if_any(op: str, checks) -> None:
             raise ValueError(f"{op}: {name} must be {rule}; rows {rows} are not")
 
 
-def _launch_grid(rows: int, config: dict):
-    return ((rows + config["BLOCK_R"] - 1) // config["BLOCK_R"],)
+@plan_cache
+def _looked_up_config(op: str, vocab: int) -> dict:
+    return {"BLOCK_R": 1, "BLOCK_V": 2048, **get_config(op, vocab=vocab)}
 
 
-def _config(op: str, batch: int, vocab: int, config: dict | None) -> dict:
-    # Defaults when no YAML names them; autotune_configs/ has the real ones.
-    found = get_config(op, batch=batch, vocab=vocab) if config is None else config
-    return {"BLOCK_R": 1, "BLOCK_V": 1024, **found}
+def _config(op: str, vocab: int, config: dict | None) -> dict:
+    """The launch config: `config`, or the one looked up by the vocabulary
+    only (a row's blocks, hence its arithmetic, never depend on the batch),
+    with defaults for keys no YAML names."""
+    if config is not None:
+        return {"BLOCK_R": 1, "BLOCK_V": 2048, **config}
+    return _looked_up_config(op, vocab)
 
 
-def _meta(config: dict, vocab: int) -> dict:
-    # ONE_TILE: the row fits one tile, so the threshold search loads it once.
-    block_v = config["BLOCK_V"]
-    return {"BLOCK_R": config["BLOCK_R"], "BLOCK_V": block_v, "ONE_TILE": vocab <= block_v, **launch_options(config)}
+def _next_pow2(n: int) -> int:
+    return 1 << max(n - 1, 0).bit_length()
+
+
+def scratch_words(batch: int, n_blocks: int, top_r: int = TOP_R) -> int:
+    """4-byte words of scratch a `sample`/`greedy` call allocates (the
+    layout is `kernels._sections`)."""
+    ns = batch * n_blocks
+    return ns * (4 + 2 * top_r + 4 * PIVOTS) + (2 + kernels.ST_FIELDS.value) * batch
+
+
+_plans: dict = {}
+
+
+def sample_plan(batch: int, vocab: int, config: dict, *, sampling=True, top_k=True, top_p=True, min_p=True, target=None):
+    """The launches of one `sample` (or, with ``sampling=False``, `greedy`)
+    call on `target` (default: the current one): ``(n_blocks, [(kernel
+    name, grid, constexprs and launch options), ...], scratch words)``. The
+    launcher and `OpSpec.kernels` both read it."""
+    target = target or current_target()
+    ignores_other = capabilities(target).load_ignores_other
+    key = (batch, vocab, tuple(config.items()), sampling, top_k, top_p, min_p, target, ignores_other)
+    plan = _plans.get(key)
+    if plan is not None:
+        return plan
+    block_r, block_v = int(config["BLOCK_R"]), int(config["BLOCK_V"])
+    n_blocks = -(-vocab // block_v)
+    filters = sampling and (top_k or top_p or min_p)
+    common = {"BLOCK_R": block_r, "TOP_R": TOP_R if filters else 1, "PIVOTS": PIVOTS, "IGNORES_OTHER": ignores_other}
+    has = {"HAS_TOP_K": sampling and top_k, "HAS_TOP_P": sampling and top_p, "HAS_MIN_P": sampling and min_p}
+    block_grid, row_grid = (n_blocks, -(-batch // block_r)), (-(-batch // block_r),)
+    launches = [
+        ("block_stats_kernel", block_grid, {**common, "BLOCK_V": block_v, "SAMPLING": sampling, "NEED_SUM": has["HAS_TOP_P"]}),
+        ("combine_kernel", row_grid, {**common, "NB_PAD": _next_pow2(n_blocks), "SAMPLING": sampling, **has}),
+    ]
+    for r in range(ROUNDS if filters else 0):
+        launches.append(("pivot_kernel", block_grid, {**common, "BLOCK_V": block_v, **has}))
+        launches.append(("decide_kernel", row_grid, {**common, "BLOCK_V": block_v, "NB_PAD": _next_pow2(n_blocks),
+                                                     **has, "LAST": r == ROUNDS - 1}))  # fmt: skip
+    launches = [(name, grid, {**meta, **launch_options(config, target)}) for name, grid, meta in launches]
+    if len(_plans) > 512:
+        _plans.clear()
+    plan = _plans[key] = (n_blocks, launches, scratch_words(batch, n_blocks, common["TOP_R"]))
+    return plan
+
+
+_MODULES = {"block_stats_kernel": kernels, "combine_kernel": kernels, "pivot_kernel": pivot_kernels,
+            "decide_kernel": pivot_kernels}  # fmt: skip
+# Argument names of each kernel, in order (pointers end in _ptr in the kernels).
+_ARGS = {
+    "block_stats_kernel": ("logits", "temperature", "seed", "position", "f", "i", "n_rows", "vocab", "row_stride", "n_blocks"),
+    "combine_kernel": ("logits", "temperature", "top_k", "top_p", "min_p", "seed", "position", "f", "i", "out",
+                       "n_rows", "vocab", "row_stride", "n_blocks"),
+    "pivot_kernel": ("logits", "temperature", "min_p", "seed", "position", "f", "i", "n_rows", "vocab", "row_stride", "n_blocks"),
+    "decide_kernel": ("logits", "temperature", "top_k", "top_p", "min_p", "seed", "position", "f", "i", "out",
+                      "n_rows", "vocab", "row_stride", "n_blocks"),
+}  # fmt: skip
+
+
+_ARG_GETTERS = {name: operator.itemgetter(*args) for name, args in _ARGS.items()}
+
+
+def _launch(plan, tensors: dict, batch: int, vocab: int, row_stride: int) -> None:
+    tensors.update(n_rows=batch, vocab=vocab, row_stride=row_stride, n_blocks=plan[0])
+    for name, grid, meta in plan[1]:
+        getattr(_MODULES[name], name)[grid](*_ARG_GETTERS[name](tensors), **meta)
+
+
+def plan_kernel_specs(plan, dtypes: dict) -> list:
+    """`KernelSpec`s (ahead-of-time compile specs) of a plan's launches;
+    `dtypes` maps each tensor argument to its torch dtype."""
+    from ...testing.aot import KernelSpec
+
+    scalar_types = {"n_rows": "i32", "vocab": "i32", "row_stride": "i32", "n_blocks": "i32"}
+    specs = []
+    for name, _, meta in plan[1]:
+        signature = {a + ("_ptr" if a not in scalar_types else ""): scalar_types.get(a) or "*" + _DTYPES[dtypes[a]]
+                     for a in _ARGS[name]}  # fmt: skip
+        constexprs = {k: v for k, v in meta.items() if k[:1].isupper()}
+        signature.update({k: "constexpr" for k in constexprs})
+        specs.append(KernelSpec(f"{_MODULES[name].__name__}:{name}", signature, constexprs))
+    return specs
+
+
+def sample_arg_dtypes(logits_dtype, top_k_dtype=torch.int32) -> dict:
+    """The dtype of each tensor argument `sample`'s kernels get (SGLang
+    passes int32 top-k; a number becomes int64)."""
+    return {"logits": logits_dtype, "temperature": torch.float32, "top_k": top_k_dtype, "top_p": torch.float32,
+            "min_p": torch.float32, "seed": torch.int64, "position": torch.int64, "f": torch.float32,
+            "i": torch.int32, "out": torch.int64}  # fmt: skip
+
+
+def greedy_arg_dtypes(logits_dtype) -> dict:
+    """`greedy` passes its output for the parameters its kernels never read."""
+    return {**{a: torch.int64 for a in ("temperature", "top_k", "top_p", "min_p", "seed", "position", "out")},
+            "logits": logits_dtype, "f": torch.float32, "i": torch.int32}  # fmt: skip
+
+
+def _is_number(value) -> bool:
+    kind = type(value)
+    if kind is int or kind is float:  # the common cases first, without an ABC check
+        return True
+    if kind is torch.Tensor or kind is bool:
+        return False
+    return isinstance(value, numbers.Number) and not isinstance(value, (bool, torch.Tensor))
+
+
+def _plan_flags(vocab: int, temperatures, top_ks, top_ps, min_ps) -> dict:
+    """What the host knows for every row from parameters given as plain
+    numbers: a filter that keeps everything (top_k -1 or past the
+    vocabulary, top_p 1, min_p 0) is compiled out, and temperature 0 or
+    top_k 1 makes the whole batch greedy (no noise, no filters)."""
+    greedy = (_is_number(temperatures) and temperatures == 0) or (_is_number(top_ks) and top_ks == 1)
+    return {
+        "sampling": not greedy,
+        "top_k": not greedy and not (_is_number(top_ks) and (top_ks == -1 or top_ks >= vocab)),
+        "top_p": not greedy and not (_is_number(top_ps) and top_ps == 1.0),
+        "min_p": not greedy and not (_is_number(min_ps) and min_ps == 0.0),
+    }
 
 
 def greedy(logits: torch.Tensor, *, config: dict | None = None) -> torch.Tensor:
@@ -100,11 +260,11 @@ def greedy(logits: torch.Tensor, *, config: dict | None = None) -> torch.Tensor:
     out = torch.empty(batch, dtype=torch.int64, device=logits.device)
     if batch == 0:
         return out
-    config = _config("greedy", batch, vocab, config)
-    kernels.greedy_kernel[_launch_grid(batch, config)](
-        logits, out, batch, vocab, logits.stride(0), BLOCK_R=config["BLOCK_R"], BLOCK_V=config["BLOCK_V"],
-        **launch_options(config),
-    )
+    plan = sample_plan(batch, vocab, _config("greedy", vocab, config), sampling=False, top_k=False, top_p=False, min_p=False)
+    scratch = torch.empty(plan[2], dtype=torch.int32, device=logits.device)
+    tensors = {"logits": logits, "temperature": out, "seed": out, "position": out, "f": scratch.view(torch.float32),
+               "i": scratch, "out": out, "top_k": out, "top_p": out, "min_p": out}  # fmt: skip
+    _launch(plan, tensors, batch, vocab, logits.stride(0))
     return out
 
 
@@ -137,14 +297,15 @@ def sample(
     _check_matrix(op, "logits", logits)
     batch, vocab = logits.shape
     device = logits.device
+    flags = _plan_flags(vocab, temperatures, top_ks, top_ps, min_ps)
     temperatures = _per_row(op, "temperatures", temperatures, batch, device, "float")
-    top_ks = _per_row(op, "top_ks", top_ks, batch, device, "int64")
+    top_ks = _per_row(op, "top_ks", top_ks, batch, device, "int")
     top_ps = _per_row(op, "top_ps", top_ps, batch, device, "float")
     min_ps = _per_row(op, "min_ps", min_ps, batch, device, "float")
     if seeds is None:
         seeds = _draw_seeds(batch, device, generator)
-    seeds = _per_row(op, "seeds", seeds, batch, device, "int64")
-    positions = _per_row(op, "positions", 0 if positions is None else positions, batch, device, "int64")
+    seeds = _per_row(op, "seeds", seeds, batch, device, "int")
+    positions = _per_row(op, "positions", 0 if positions is None else positions, batch, device, "int")
     if check_values and batch:
         _raise_if_any(
             op,
@@ -157,18 +318,20 @@ def sample(
         )
     if strict and batch:
         _raise_if_any(op, [("logits", ~(logits > float("-inf")).any(dim=1), "a row with a finite or +inf value")])
-    # -1 and anything past the vocabulary mean "no top-k"; int32 from here.
-    top_ks = torch.where((top_ks < 1) | (top_ks > vocab), vocab, top_ks).to(torch.int32)
     if not use_triton(op, logits):
         return reference.sample(logits, temperatures, top_ks, top_ps, min_ps, seeds, positions)
     out = torch.empty(batch, dtype=torch.int64, device=device)
     if batch == 0:
         return out
-    config = _config(op, batch, vocab, config)
-    kernels.sample_kernel[_launch_grid(batch, config)](
-        logits, temperatures, top_ks, top_ps, min_ps, seeds, positions,
-        out, batch, vocab, logits.stride(0), **_meta(config, vocab),
-    )
+    plan = sample_plan(batch, vocab, _config(op, vocab, config), **flags)
+    scratch = torch.empty(plan[2], dtype=torch.int32, device=device)
+    if seeds.dtype != torch.int64:
+        seeds = seeds.to(torch.int64)
+    if positions.dtype != torch.int64:
+        positions = positions.to(torch.int64)
+    tensors = {"logits": logits, "temperature": temperatures, "top_k": top_ks, "top_p": top_ps, "min_p": min_ps,
+               "seed": seeds, "position": positions, "f": scratch.view(torch.float32), "i": scratch, "out": out}  # fmt: skip
+    _launch(plan, tensors, batch, vocab, logits.stride(0))
     return out
 
 
@@ -186,34 +349,54 @@ def _renorm(op: str, probs, top_ks, top_ps, min_ps, check_values: bool, config: 
     device = probs.device
     checks = []
     if top_ks is not None:
-        top_ks = _per_row(op, "top_ks", top_ks, batch, device, "int64")
+        top_ks = _per_row(op, "top_ks", top_ks, batch, device, "int")
         checks.append(("top_ks", (top_ks < 1) & (top_ks != -1), ">= 1 (or -1 for no top-k)"))
-        top_ks = torch.where((top_ks < 1) | (top_ks > vocab), vocab, top_ks)
     else:
-        top_ks = torch.full((batch,), vocab, dtype=torch.int64, device=device)
+        top_ks = _constant_rows(-1, batch, torch.int64, device)
     if top_ps is not None:
         top_ps = _per_row(op, "top_ps", top_ps, batch, device, "float")
         checks.append(("top_ps", ~((top_ps > 0) & (top_ps <= 1)), "in (0, 1]"))
     else:
-        top_ps = torch.ones(batch, dtype=torch.float32, device=device)
+        top_ps = _constant_rows(1.0, batch, torch.float32, device)
     if min_ps is not None:
         min_ps = _per_row(op, "min_ps", min_ps, batch, device, "float")
         checks.append(("min_ps", ~((min_ps >= 0) & (min_ps <= 1)), "in [0, 1]"))
     else:
-        min_ps = torch.zeros(batch, dtype=torch.float32, device=device)
+        min_ps = _constant_rows(0.0, batch, torch.float32, device)
     if check_values and batch:
         _raise_if_any(op, checks)
-    top_ks = top_ks.to(torch.int32)
     if not use_triton(op, probs):
+        top_ks = torch.where((top_ks < 1) | (top_ks > vocab), vocab, top_ks)
         return reference.renorm_probs(probs, top_ks, top_ps, min_ps).to(probs.dtype)
     out = torch.empty((batch, vocab), dtype=probs.dtype, device=device)
     if batch == 0:
         return out
-    config = _config(op, batch, vocab, config)
-    kernels.renorm_probs_kernel[_launch_grid(batch, config)](
-        probs, top_ks, top_ps, min_ps, out, batch, vocab, probs.stride(0), out.stride(0), **_meta(config, vocab)
+    grid, meta = renorm_launch(batch, vocab, _config(op, vocab, config))
+    renorm_kernels.renorm_probs_kernel[grid](
+        probs, top_ks, top_ps, min_ps, out, batch, vocab, probs.stride(0), out.stride(0), **meta
     )
     return out
+
+
+def renorm_launch(batch: int, vocab: int, config: dict, target=None):
+    """(grid, constexprs and launch options) of `renorm_probs_kernel`."""
+    block_r, block_v = int(config["BLOCK_R"]), int(config["BLOCK_V"])
+    meta = {"BLOCK_R": block_r, "BLOCK_V": block_v, "ONE_TILE": vocab <= block_v,
+            "IGNORES_OTHER": capabilities(target).load_ignores_other, **launch_options(config, target)}  # fmt: skip
+    return (-(-batch // block_r),), meta
+
+
+def renorm_kernel_specs(op: str, batch: int, vocab: int, dtype, config: dict | None, target=None) -> list:
+    """The AOT compile spec of the one kernel a renorm op launches."""
+    from ...testing.aot import KernelSpec
+
+    _, meta = renorm_launch(batch, vocab, _config(op, vocab, config), target)
+    t = _DTYPES[dtype]
+    signature = {"probs_ptr": f"*{t}", "top_k_ptr": "*i64", "top_p_ptr": "*fp32", "min_p_ptr": "*fp32",
+                 "out_ptr": f"*{t}", "n_rows": "i32", "vocab": "i32", "row_stride": "i32", "out_row_stride": "i32"}
+    constexprs = {k: v for k, v in meta.items() if k[:1].isupper()}
+    return [KernelSpec(f"{renorm_kernels.__name__}:renorm_probs_kernel", {**signature, **{k: "constexpr" for k in constexprs}},
+                       constexprs)]  # fmt: skip
 
 
 def top_k_renorm_probs(
@@ -242,5 +425,6 @@ def min_p_renorm_probs(
 def renorm_probs(
     probs: torch.Tensor, top_ks=None, top_ps=None, min_ps=None, *, check_values: bool = True, config: dict | None = None
 ) -> torch.Tensor:
-    """All three filters at once, with `sample`'s joint rules."""
+    """All three filters at once, with `sample`'s joint rules. NaN and
+    negative probabilities count as zero, +inf as the largest float."""
     return _renorm("renorm_probs", probs, top_ks, top_ps, min_ps, check_values, config)

@@ -21,7 +21,7 @@ Greedy rows (temperature 0 or top_k 1) put all mass on the argmax, ties to
 the lowest token id. NaN logits count as -inf, +inf as the largest finite
 float32. A row with no finite logit puts all mass on token 0.
 
-`sample` draws from it with the same counter-based Gumbel noise as the kernel
+`sample` draws from it with the same counter-based noise as the kernels
 (`gumbel_noise`), so the fallback path is as reproducible as the kernel.
 `sort_based_sample` is SGLang's own fp32 sort + cumsum + multinomial path,
 the baseline `kunlun-triton bench` compares with.
@@ -67,7 +67,9 @@ def filtered_probs(logits, temperatures, top_ks, top_ps, min_ps) -> torch.Tensor
     x = _clean_logits(logits)
     temperatures = temperatures.double().to(x.device)
     is_greedy = (temperatures == 0) | (top_ks.to(x.device) == 1)
-    x = (x / torch.where(is_greedy, 1.0, temperatures).view(-1, 1)).clamp(max=FLT_MAX)
+    # float64 holds any fp32 logit over any fp32 temperature: no clamp after
+    # the division (it would tie a huge finite logit with +inf).
+    x = x / torch.where(is_greedy, 1.0, temperatures).view(-1, 1)
     valid = (x > float("-inf")).any(dim=1)
     probs = torch.softmax(torch.where(valid.view(-1, 1), x, 0.0), dim=1)
     total = torch.ones(x.shape[0], dtype=torch.float64, device=x.device)
@@ -109,16 +111,17 @@ def _fmix32(h: torch.Tensor) -> torch.Tensor:
 
 def gumbel_noise(seeds: torch.Tensor, positions: torch.Tensor, vocab: int) -> torch.Tensor:
     """Gumbel(0, 1) noise [B, V] in float64, a pure function of (seed,
-    position, token id): the same hash the kernel computes in uint32."""
+    position, token id): ``g = -log(E)`` for the kernels' exponential noise
+    ``E = -log(u)`` (the same hash, computed here in uint32 arithmetic), so
+    ``argmax log p + g`` is the kernels' race ``argmax p / E``."""
     seeds = seeds.long().view(-1, 1)
     positions = positions.long().view(-1, 1).to(seeds.device)
     h = _fmix32((seeds & _MASK32) ^ 0x9E3779B9)
     h = _fmix32(h ^ ((seeds >> 32) & _MASK32))
     h = _fmix32(h ^ (positions & _MASK32))
-    h = _fmix32(h ^ ((positions >> 32) & _MASK32))
+    stream = _fmix32(h ^ ((positions >> 32) & _MASK32))
     cols = torch.arange(vocab, dtype=torch.int64, device=seeds.device).view(1, -1)
-    h = _fmix32(h ^ ((cols * 0x9E3779B9) & _MASK32))
-    h = _fmix32((h + 0x7F4A7C15) & _MASK32)
+    h = _fmix32((stream + cols * 0x9E3779B9) & _MASK32)
     u = ((h >> 9).double() + 0.5) * 2.0**-23
     return -torch.log(-torch.log(u))
 

@@ -10,8 +10,13 @@ reference. The statistical tests of the draw live in tests/ops/sampling.
 Bench: `sample` with SGLang's default-ish filters (temperature 0.7, top-k 50,
 top-p 0.9, min-p 0.05 on a quarter of the rows) over batch x vocabulary,
 against the fp32 sort + cumsum + multinomial torch path (the "torch" column
-is `reference.sort_based_sample`, SGLang's own method). Bytes are one read of
-the logits (the ideal), so GB/s says how far from one pass a call is.
+is `reference.sort_based_sample`, SGLang's own method) and, where FlashInfer
+is installed on a GPU, its ``top_k_top_p_sampling_from_logits`` (the
+"flashinfer" column). Bytes are one read of the logits (the ideal), so GB/s
+says how far from one pass a call is.
+
+`kernels` (for the lowering tests and ``kunlun-triton inspect``) is the
+launch plan of the op at a shape (`ops.sample_plan`), as AOT compile specs.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import torch
 
 from ..spec import OpCase, OpSpec
 from . import reference
+from . import ops
 from .ops import greedy, min_p_renorm_probs, renorm_probs, sample, top_k_renorm_probs, top_p_renorm_probs
 
 MAX_MISMATCH = 0.02
@@ -67,16 +73,32 @@ def sample_case(shape, dtype, device) -> OpCase:
         return (reference.sample(logits, temps, top_ks, top_ps, min_ps, seeds, positions),
                 reference.filtered_probs(logits, temps, top_ks, top_ps, min_ps))  # fmt: skip
 
+    baselines = {"torch": lambda: reference.sort_based_sample(logits, temps, top_ks, top_ps, min_ps)}
+    flashinfer = _flashinfer_sampler(logits)
+    if flashinfer is not None:
+        baselines["flashinfer"] = lambda: flashinfer(logits / temps.view(-1, 1), top_ks, top_ps)
     return OpCase(
         run=lambda config: sample(logits, *params, check_values=False, config=config),
         reference=ref,
-        dims={"batch": batch, "vocab": vocab},
+        dims={"vocab": vocab},
         bytes_moved=logits.numel() * logits.element_size(),
         args=(logits, *params),
         # the float64 oracle is no baseline: SGLang's sort-based path is
         time_reference=False,
-        baselines={"torch": lambda: reference.sort_based_sample(logits, temps, top_ks, top_ps, min_ps)},
+        baselines=baselines,
     )
+
+
+def _flashinfer_sampler(logits):
+    """FlashInfer's ``top_k_top_p_sampling_from_logits`` where it is
+    installed and the logits are on a GPU (the issue's yardstick), else None."""
+    if logits.device.type != "cuda":
+        return None
+    try:
+        from flashinfer.sampling import top_k_top_p_sampling_from_logits
+    except Exception:  # not installed, or built for another torch
+        return None
+    return top_k_top_p_sampling_from_logits
 
 
 def greedy_case(shape, dtype, device) -> OpCase:
@@ -86,7 +108,7 @@ def greedy_case(shape, dtype, device) -> OpCase:
     return OpCase(
         run=lambda config: greedy(logits, config=config),
         reference=lambda: reference.greedy(logits),
-        dims={"batch": shape["batch"], "vocab": shape["vocab"]},
+        dims={"vocab": shape["vocab"]},
         bytes_moved=logits.numel() * logits.element_size(),
         args=(logits,),
         time_reference=False,
@@ -110,7 +132,7 @@ def _renorm_case(op, filters):
         return OpCase(
             run=lambda config: op(probs, *given.values(), config=config),
             reference=lambda: reference.renorm_probs(probs, full["top_ks"], full["top_ps"], full["min_ps"]).to(dtype),
-            dims={"batch": batch, "vocab": vocab},
+            dims={"vocab": vocab},
             bytes_moved=2 * probs.numel() * probs.element_size(),
             args=(probs, *given.values()),
         )
@@ -137,24 +159,45 @@ def tune_candidates(quick):
 
 
 def tune_shapes(preset, quick):
+    # One batch per vocabulary: configs are looked up by the vocabulary only
+    # (a row's draw must not depend on its batch), so one winner per vocab.
     vocab = 1000 if quick else preset.vocab_size
-    return [{"vocab": vocab, "batch": b} for b in ([4] if quick else [1, 16, 64, 256])]
+    return [{"vocab": vocab, "batch": 4 if quick else 64}]
+
+
+def sample_kernels(shape, dtype, config):
+    """The kernels `sample` launches at `shape` (every filter on: the bench's case)."""
+    plan = ops.sample_plan(shape["batch"], shape["vocab"], ops._config("sample", shape["vocab"], config))
+    return ops.plan_kernel_specs(plan, ops.sample_arg_dtypes(dtype))
+
+
+def greedy_kernels(shape, dtype, config):
+    plan = ops.sample_plan(shape["batch"], shape["vocab"], ops._config("greedy", shape["vocab"], config),
+                           sampling=False, top_k=False, top_p=False, min_p=False)  # fmt: skip
+    return ops.plan_kernel_specs(plan, ops.greedy_arg_dtypes(dtype))
+
+
+def _renorm_kernels(op_name):
+    def kernels(shape, dtype, config):
+        return ops.renorm_kernel_specs(op_name, shape["batch"], shape["vocab"], dtype, config)
+
+    return kernels
 
 
 _DOCTOR_RENORM = (({"batch": 9, "vocab": 1000}, torch.float32),)
 _TUNE = dict(tune_candidates=tune_candidates, tune_shapes=tune_shapes, bench_dtype=torch.float32, x_axis="batch")
 SPECS = [
     OpSpec("sample", "sampling", sample_case, (({"batch": 33, "vocab": 1000}, torch.float32),), sample_shapes,
-           compare=compare_draws, **_TUNE),
+           compare=compare_draws, kernels=sample_kernels, **_TUNE),
     OpSpec("greedy", "sampling", greedy_case,
            tuple(({"batch": 33, "vocab": 1000, "tie": True}, d) for d in (torch.float32, torch.bfloat16)),
-           sample_shapes, compare=compare_exact, **_TUNE),
+           sample_shapes, compare=compare_exact, kernels=greedy_kernels, **_TUNE),
     OpSpec("top_k_renorm_probs", "sampling", _renorm_case(top_k_renorm_probs, ("top_ks",)), _DOCTOR_RENORM,
-           renorm_shapes, **_TUNE),
+           renorm_shapes, kernels=_renorm_kernels("top_k_renorm_probs"), **_TUNE),
     OpSpec("top_p_renorm_probs", "sampling", _renorm_case(top_p_renorm_probs, ("top_ps",)), _DOCTOR_RENORM,
-           renorm_shapes, **_TUNE),
+           renorm_shapes, kernels=_renorm_kernels("top_p_renorm_probs"), **_TUNE),
     OpSpec("min_p_renorm_probs", "sampling", _renorm_case(min_p_renorm_probs, ("min_ps",)), _DOCTOR_RENORM,
-           renorm_shapes, **_TUNE),
+           renorm_shapes, kernels=_renorm_kernels("min_p_renorm_probs"), **_TUNE),
     OpSpec("renorm_probs", "sampling", _renorm_case(renorm_probs, ("top_ks", "top_ps", "min_ps")), _DOCTOR_RENORM,
-           renorm_shapes, **_TUNE),
+           renorm_shapes, kernels=_renorm_kernels("renorm_probs"), **_TUNE),
 ]  # fmt: skip

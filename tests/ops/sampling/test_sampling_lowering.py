@@ -1,47 +1,42 @@
-"""Every sampling kernel compiles ahead of time for CUDA sm_90 and HIP gfx942."""
+"""Every sampling kernel compiles ahead of time, as the ops launch it: the
+specs come from `OpSpec.kernels` and `ops.sample_plan` (the launch plan the
+launchers themselves use). The CUDA plan at vocab 151936 lowers for sm_90;
+its two row-reading kernels, and the renorm kernel, for gfx942 too; Kunlun's
+plan (IGNORES_OTHER: masked lanes filled with tl.where, 8192-token blocks)
+for sm_90. About 15 compilations, so the set is chosen, not exhaustive."""
 
-from kunlun_triton.testing import KernelSpec, assert_lowers
+import torch
 
-MODULE = "kunlun_triton.ops.sampling.kernels"
+from kunlun_triton.ops.sampling import ops
+from kunlun_triton.ops.spec import all_specs
+from kunlun_triton.runtime import get_config
+from kunlun_triton.testing import SHIPPED_TARGETS, assert_lowers
 
-
-def _sample_spec(dtype: str, block_r: int, block_v: int, one_tile: bool) -> KernelSpec:
-    return KernelSpec(
-        f"{MODULE}:sample_kernel",
-        {
-            "logits_ptr": f"*{dtype}", "temperature_ptr": "*fp32", "top_k_ptr": "*i32", "top_p_ptr": "*fp32",
-            "min_p_ptr": "*fp32", "seed_ptr": "*i64", "position_ptr": "*i64", "out_ptr": "*i64",
-            "n_rows": "i32", "vocab": "i32", "row_stride": "i32",
-            "BLOCK_R": "constexpr", "BLOCK_V": "constexpr", "ONE_TILE": "constexpr",
-        },
-        {"BLOCK_R": block_r, "BLOCK_V": block_v, "ONE_TILE": one_tile},
-    )
+VOCAB = 151936
 
 
-def _renorm_spec(dtype: str, one_tile: bool) -> KernelSpec:
-    return KernelSpec(
-        f"{MODULE}:renorm_probs_kernel",
-        {
-            "probs_ptr": f"*{dtype}", "top_k_ptr": "*i32", "top_p_ptr": "*fp32", "min_p_ptr": "*fp32",
-            "out_ptr": f"*{dtype}", "n_rows": "i32", "vocab": "i32", "row_stride": "i32", "out_row_stride": "i32",
-            "BLOCK_R": "constexpr", "BLOCK_V": "constexpr", "ONE_TILE": "constexpr",
-        },
-        {"BLOCK_R": 1, "BLOCK_V": 1024, "ONE_TILE": one_tile},
-    )
+def _plan_specs(target, dtype=torch.bfloat16):
+    config = ops._config("sample", VOCAB, get_config("sample", target=target, vocab=VOCAB))
+    specs = ops.plan_kernel_specs(ops.sample_plan(1, VOCAB, config, target=target), ops.sample_arg_dtypes(dtype))
+    return list({spec.label: spec for spec in specs}.values())
 
 
-def test_sampling_kernels_lower_for_cuda_and_hip():
-    specs = [
-        KernelSpec(
-            f"{MODULE}:greedy_kernel",
-            {"logits_ptr": "*bf16", "out_ptr": "*i64", "n_rows": "i32", "vocab": "i32", "row_stride": "i32",
-             "BLOCK_R": "constexpr", "BLOCK_V": "constexpr"},
-            {"BLOCK_R": 1, "BLOCK_V": 2048},
-        ),
-        _sample_spec("fp32", 1, 2048, False),  # the shipped cuda config
-        _sample_spec("bf16", 1, 1024, False),
-        _sample_spec("fp16", 4, 256, True),  # several rows, one tile
-        _renorm_spec("fp32", False),
-        _renorm_spec("fp32", True),
-    ]
-    assert_lowers(specs)
+def test_every_op_has_its_kernels():
+    for name, spec in all_specs(("sampling",)).items():
+        kernels = spec.kernels({"batch": 3, "vocab": 5000}, torch.float32, None)
+        assert kernels and all(k.kernel.startswith("kunlun_triton.ops.sampling.") for k in kernels), name
+
+
+def test_sampling_kernels_lower():
+    cuda, kunlun = SHIPPED_TARGETS[0], SHIPPED_TARGETS[2]
+    assert (cuda.name, kunlun.name) == ("cuda", "kunlun")
+    specs = all_specs(("sampling",))
+    # the last round's decide_kernel holds all of the others' code
+    cuda_plan = [s for s in _plan_specs(cuda) if s.constexprs.get("LAST", True)]
+    renorm = ops.renorm_kernel_specs("renorm_probs", 4, VOCAB, torch.float32, None, target=cuda)
+    kunlun_stats = [s for s in _plan_specs(kunlun, torch.float16) if s.kernel.endswith("block_stats_kernel")]
+    assert [s.constexprs["IGNORES_OTHER"] for s in kunlun_stats] == [True]
+    greedy = specs["greedy"].kernels({"batch": 1, "vocab": VOCAB}, torch.float16, None)
+    one_tile = specs["top_p_renorm_probs"].kernels({"batch": 4, "vocab": 1000}, torch.bfloat16, None)
+    assert_lowers(cuda_plan + renorm + kunlun_stats + greedy + one_tile, targets=("cuda",))
+    assert_lowers([s for s in cuda_plan if s.kernel.endswith("block_stats_kernel")] + renorm, targets=("hip",))
