@@ -34,7 +34,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ...runtime import capabilities, current_target, env_str, get_config, launch_options, use_triton
+from ...runtime import capabilities, get_config, launch_options, plan_cache, use_triton
 from ...runtime.dtypes import INDEX_DTYPES
 from ..validation import (
     checked_mode,
@@ -291,24 +291,16 @@ class _Plan:
         self.formulation, self.zero_after_load = name, zero
 
 
-_plans: dict = {}
-
-
-def _plan(tokens, experts, top_k, hidden, inter, dtype, activation, on_input, formulation, config) -> _Plan:
-    """The launch plan of a shape class (token count rounded up to a power of
-    two), resolved once per class and config directory."""
-    bucket = 1 << (tokens - 1).bit_length()
-    caps = capabilities()
-    key = (bucket, experts, top_k, hidden, inter, dtype, activation, on_input, formulation, current_target(), caps,
-           env_str("KUNLUN_TRITON_CONFIG_DIR"), None if config is None else tuple(sorted(config.items())))  # fmt: skip
-    plan = _plans.get(key)
-    if plan is None:
-        if config is None:
-            config = get_config(OP, tokens=bucket, num_experts=experts, top_k=top_k, hidden_size=hidden,
-                                intermediate_size=inter)  # fmt: skip
-        plan = _plans[key] = _Plan(experts, top_k, hidden, inter, dtype, activation, on_input, formulation, config,
-                                   caps)  # fmt: skip
-    return plan
+@plan_cache
+def _plan(bucket, experts, top_k, hidden, inter, dtype, activation, on_input, formulation, config=None) -> _Plan:
+    """The launch plan of a shape class (token count rounded up to a power
+    of two): resolved once per class, target and config directory (an
+    explicit `config` builds afresh)."""
+    require_choice(OP, "activation", activation, ACTIVATIONS)
+    if config is None:
+        config = get_config(OP, tokens=bucket, num_experts=experts, top_k=top_k, hidden_size=hidden,
+                            intermediate_size=inter)  # fmt: skip
+    return _Plan(experts, top_k, hidden, inter, dtype, activation, on_input, formulation, config)
 
 
 def align_slots(topk_ids: torch.Tensor, num_experts: int, block_m: int, plan_align: dict, zero_after_load: bool):
@@ -357,22 +349,28 @@ def fused_experts(
     or int64) as `moe_topk` returns them. `activation`: "silu", "gelu" (exact, erf) or
     "gelu_tanh". With `apply_router_weight_on_input` the weight scales the
     input of W13 instead of the output of W2. Checked mode (`check`,
-    ``KUNLUN_TRITON_CHECK``) rejects ids outside [0, E) (a sync); unchecked,
-    such slots contribute nothing (expert parallelism's -1). `formulation`
+    ``KUNLUN_TRITON_CHECK``) validates shapes, dtypes and devices and
+    rejects ids outside [0, E) (a sync); unchecked, the launcher reads only
+    the sizes it launches with (a wrong shape reads unrelated memory) and
+    ids outside [0, E) contribute nothing (expert parallelism's -1). `formulation`
     ("dot" | "sum") overrides the config's.
     """
-    tokens, hidden, experts, inter, top_k = _validate(hidden_states, w13, w2, topk_weights, topk_ids, activation,
-                                                      formulation)  # fmt: skip
-    if checked_mode(check) and tokens:
-        _check_ids(topk_ids, experts)
+    if checked_mode(check):
+        tokens, hidden, experts, inter, top_k = _validate(hidden_states, w13, w2, topk_weights, topk_ids, activation,
+                                                          formulation)  # fmt: skip
+        if tokens:
+            _check_ids(topk_ids, experts)
+    else:  # the launch's sizes only: the shapes are the caller's promise
+        (tokens, hidden), experts, inter, top_k = hidden_states.shape, w13.shape[0], w2.shape[2], topk_ids.shape[1]
     out = torch.empty(tokens, hidden, dtype=hidden_states.dtype, device=hidden_states.device)
     if tokens == 0:
         return out
     if not use_triton(OP, hidden_states, w13, w2, topk_weights, topk_ids):
         return reference.fused_experts(hidden_states, w13, w2, topk_weights, topk_ids, activation=activation,
                                        apply_router_weight_on_input=apply_router_weight_on_input)  # fmt: skip
-    plan = _plan(tokens, experts, top_k, hidden, inter, hidden_states.dtype, activation,
-                 bool(apply_router_weight_on_input), formulation, config)  # fmt: skip
+    args = (1 << (tokens - 1).bit_length(), experts, top_k, hidden, inter, hidden_states.dtype, activation,
+            bool(apply_router_weight_on_input), formulation)  # fmt: skip
+    plan = _plan(*args) if config is None else _plan.uncached(*args, config)
     ids = topk_ids if topk_ids.is_contiguous() else topk_ids.contiguous()
     weights = topk_weights if topk_weights.is_contiguous() else topk_weights.contiguous()
     sorted_slots, block_info, bound = align_slots(ids, experts, plan.block_m, plan.align, plan.zero_after_load)

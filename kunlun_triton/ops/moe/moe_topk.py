@@ -21,7 +21,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ...runtime import current_target, env_str, get_config, launch_options, use_triton
+from ...runtime import get_config, launch_options, plan_cache, use_triton
 from ..validation import (
     checked_mode,
     power_of_two_at_most,
@@ -139,19 +139,29 @@ def moe_topk_kernel(
     tl.store(ids_ptr + out, ids, mask=out_mask)
 
 
-def _validate(router_logits, top_k, scoring, correction_bias, num_expert_group, topk_group, routed_scaling_factor):
+def _validate_tensors(router_logits, correction_bias):
     require_tensor(OP, "router_logits", router_logits, ndim=2)
     experts = router_logits.shape[1]
-    if not 1 <= experts <= MAX_EXPERTS:
-        raise ValueError(f"{OP}: router_logits must have 1..{MAX_EXPERTS} experts (columns), got {experts}")
-    top_k = require_number(OP, "top_k", top_k, minimum=1, maximum=min(experts, MAX_TOP_K), integer=True)
-    require_choice(OP, "scoring", scoring, SCORINGS)
     if correction_bias is not None:
         require_tensor(OP, "correction_bias", correction_bias, ndim=1)
         if correction_bias.shape[0] != experts:
             raise ValueError(f"{OP}: correction_bias has {correction_bias.shape[0]} entries but there are "
                              f"{experts} experts")  # fmt: skip
     require_same_device(OP, router_logits=router_logits, correction_bias=correction_bias)
+    if router_logits.shape[0] and bool((torch.isnan(router_logits) | (router_logits == float("inf"))).any()):
+        raise ValueError(f"{OP}: router_logits holds NaN or +inf")
+
+
+@plan_cache
+def _plan(experts, top_k, scoring, has_bias, num_expert_group, topk_group, scaled, renormalize, config=None):
+    """(ROWS, the kernel's constexprs and launch options) of a shape class,
+    its scalar arguments validated: resolved once per class, target and
+    config directory (an explicit `config` builds afresh), so a call pays
+    neither lookup nor checks."""
+    if not 1 <= experts <= MAX_EXPERTS:
+        raise ValueError(f"{OP}: router_logits must have 1..{MAX_EXPERTS} experts (columns), got {experts}")
+    top_k = require_number(OP, "top_k", top_k, minimum=1, maximum=min(experts, MAX_TOP_K), integer=True)
+    require_choice(OP, "scoring", scoring, SCORINGS)
     if (num_expert_group is None) != (topk_group is None):
         raise ValueError(f"{OP}: num_expert_group and topk_group go together, got {num_expert_group} and {topk_group}")
     groups = 0
@@ -163,33 +173,17 @@ def _validate(router_logits, top_k, scoring, correction_bias, num_expert_group, 
         if top_k > topk_group * (experts // groups):
             raise ValueError(f"{OP}: top_k = {top_k} exceeds the {topk_group * (experts // groups)} experts "
                              f"of the topk_group = {topk_group} kept groups")  # fmt: skip
-        if correction_bias is not None and experts // groups < 2:
+        if has_bias and experts // groups < 2:
             raise ValueError(f"{OP}: with a correction_bias a group scores its top 2 experts; groups of "
                              f"{experts // groups} expert cannot")  # fmt: skip
-    if routed_scaling_factor is not None:
-        routed_scaling_factor = require_number(OP, "routed_scaling_factor", routed_scaling_factor, above=0.0)
-    return top_k, groups, topk_group or 0, routed_scaling_factor
-
-
-_plans: dict = {}
-
-
-def _plan(experts, top_k, groups, topk_group, scoring, has_bias, renormalize, scaled, config):
-    """(ROWS, the kernel's constexprs and launch options), resolved once per
-    shape class (and config dir), so a call pays no lookup."""
-    key = (experts, top_k, groups, topk_group, scoring, has_bias, renormalize, scaled, current_target(),
-           env_str("KUNLUN_TRITON_CONFIG_DIR"), None if config is None else tuple(sorted(config.items())))  # fmt: skip
-    plan = _plans.get(key)
-    if plan is None:
-        config = get_config(OP, num_experts=experts) if config is None else config
-        block_e = triton.next_power_of_2(experts)
-        rows = max(1, min(power_of_two_at_most(config.get("ROWS_PER_PROGRAM", 4)), MAX_TILE // block_e))
-        meta = dict(E=experts, BLOCK_E=block_e, TOP_K=top_k, BLOCK_K=triton.next_power_of_2(top_k), ROWS=rows,
-                    SIGMOID=scoring == "sigmoid", HAS_BIAS=has_bias, GROUPS=groups,
-                    BLOCK_G=triton.next_power_of_2(max(groups, 1)), TOPK_GROUP=topk_group,
-                    RENORMALIZE=renormalize, SCALE=scaled, **launch_options(config))  # fmt: skip
-        plan = _plans[key] = (rows, meta)
-    return plan
+    config = get_config(OP, num_experts=experts) if config is None else config
+    block_e = triton.next_power_of_2(experts)
+    rows = max(1, min(power_of_two_at_most(config.get("ROWS_PER_PROGRAM", 4)), MAX_TILE // block_e))
+    meta = dict(E=experts, BLOCK_E=block_e, TOP_K=top_k, BLOCK_K=triton.next_power_of_2(top_k), ROWS=rows,
+                SIGMOID=scoring == "sigmoid", HAS_BIAS=has_bias, GROUPS=groups,
+                BLOCK_G=triton.next_power_of_2(max(groups, 1)), TOPK_GROUP=topk_group or 0,
+                RENORMALIZE=renormalize, SCALE=scaled, **launch_options(config))  # fmt: skip
+    return top_k, rows, meta
 
 
 def moe_topk(
@@ -211,14 +205,20 @@ def moe_topk(
     (topk_weights fp32 [T, K], topk_ids int32 [T, K]), best choice first,
     ties to the lower expert id. `correction_bias` [E] shifts the choice
     only (DeepSeek-V3's e_score_correction_bias); `num_expert_group` /
-    `topk_group` restrict the choice to the best groups. Checked mode
-    (`check`, ``KUNLUN_TRITON_CHECK``) rejects NaN and +inf logits (a sync).
+    `topk_group` restrict the choice to the best groups. The scalar
+    arguments are validated once per shape class; checked mode (`check`,
+    ``KUNLUN_TRITON_CHECK``) also validates the tensors and rejects NaN and
+    +inf logits (a sync).
     """
-    top_k, groups, topk_group, scaling = _validate(router_logits, top_k, scoring, correction_bias,
-                                                   num_expert_group, topk_group, routed_scaling_factor)  # fmt: skip
+    if checked_mode(check):
+        _validate_tensors(router_logits, correction_bias)
     tokens, experts = router_logits.shape
-    if checked_mode(check) and tokens and bool((torch.isnan(router_logits) | (router_logits == float("inf"))).any()):
-        raise ValueError(f"{OP}: router_logits holds NaN or +inf")
+    scaled = routed_scaling_factor is not None
+    if type(top_k) is not int:  # 2.0 would share 2's cached plan
+        top_k = require_number(OP, "top_k", top_k, minimum=1, integer=True)
+    args = (experts, top_k, scoring, correction_bias is not None, num_expert_group, topk_group, scaled, bool(renormalize))
+    top_k, rows, meta = _plan(*args) if config is None else _plan.uncached(*args, config)
+    scaling = require_number(OP, "routed_scaling_factor", routed_scaling_factor, above=0.0) if scaled else 1.0
     device = router_logits.device
     weights = torch.empty(tokens, top_k, dtype=torch.float32, device=device)
     ids = torch.empty(tokens, top_k, dtype=torch.int32, device=device)
@@ -227,11 +227,9 @@ def moe_topk(
     if not use_triton(OP, router_logits, correction_bias):
         return reference.moe_topk(router_logits, top_k, renormalize=renormalize, scoring=scoring,
                                   correction_bias=correction_bias, num_expert_group=num_expert_group,
-                                  topk_group=topk_group, routed_scaling_factor=scaling)  # fmt: skip
-    rows, meta = _plan(experts, top_k, groups, topk_group, scoring, correction_bias is not None, bool(renormalize),
-                       scaling is not None, config)  # fmt: skip
+                                  topk_group=topk_group, routed_scaling_factor=routed_scaling_factor)  # fmt: skip
     moe_topk_kernel[(-(-tokens // rows),)](
         router_logits, router_logits if correction_bias is None else correction_bias, weights, ids,
-        tokens, router_logits.stride(0), 1.0 if scaling is None else scaling, **meta,
+        tokens, router_logits.stride(0), scaling, **meta,
     )  # fmt: skip
     return weights, ids

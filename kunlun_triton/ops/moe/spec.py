@@ -97,10 +97,9 @@ def moe_topk_kernels(shape, dtype, config) -> list[KernelSpec]:
     if config is None:
         config = get_config("moe_topk", target=GPU, num_experts=shape["num_experts"])
     kwargs = _routing_kwargs(shape, "cpu")
-    groups = shape.get("groups") or 0
-    _, meta = topk_plan(shape["num_experts"], shape["top_k"], groups, shape.get("topk_group") or 0,
-                        kwargs["scoring"], "correction_bias" in kwargs, bool(kwargs["renormalize"]),
-                        "routed_scaling_factor" in kwargs, config)  # fmt: skip
+    _, _, meta = topk_plan.uncached(shape["num_experts"], shape["top_k"], kwargs["scoring"], "correction_bias" in kwargs,
+                                    shape.get("groups") or None, shape.get("topk_group") or None,
+                                    "routed_scaling_factor" in kwargs, bool(kwargs["renormalize"]), config)  # fmt: skip
     constexprs = {k: v for k, v in meta.items() if k[:1].isupper()}
     signature = {"logits_ptr": f"*{TRITON_DTYPES[dtype]}", "bias_ptr": "*fp32", "weights_ptr": "*fp32",
                  "ids_ptr": "*i32", "n_tokens": "i32", "logits_stride": "i32", "scaling": "fp32",
