@@ -30,7 +30,7 @@ FAMILY_OF = {
     "fused_experts": "moe",
 }
 # Helpers next to an op: the decode step's split-KV scratch.
-HELPERS = {"decode_workspace": "attention", "DecodeWorkspace": "attention"}
+HELPERS = {"decode_workspace": "attention", "DecodeWorkspace": "attention", "decode_split_plan": "attention"}
 
 __all__ = sorted({**FAMILY_OF, **HELPERS})
 

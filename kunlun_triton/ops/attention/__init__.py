@@ -17,9 +17,17 @@ common checks and the per-target formulation (``tl.dot`` or ``tl.sum``,
 """
 
 from .decode_attention import decode_attention
-from .decode_splits import DecodeWorkspace, decode_workspace
+from .decode_splits import DecodeWorkspace, decode_split_plan, decode_workspace
 from .extend_attention import extend_attention
 from .shared import FORMULATIONS
 from .store_kv import store_kv
 
-__all__ = ["FORMULATIONS", "DecodeWorkspace", "decode_attention", "decode_workspace", "extend_attention", "store_kv"]
+__all__ = [
+    "FORMULATIONS",
+    "DecodeWorkspace",
+    "decode_attention",
+    "decode_split_plan",
+    "decode_workspace",
+    "extend_attention",
+    "store_kv",
+]
