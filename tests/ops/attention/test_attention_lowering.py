@@ -1,7 +1,8 @@
 """Every attention kernel lowers ahead of time as the launchers plan it
 (`OpSpec.kernels`) for CUDA sm_90, HIP gfx942 and Kunlun (its plans compiled
 for sm_90 as a proxy), both formulations, several head dims, fp16 and bf16,
-with a sliding window and a logit cap; and the tiles `kunlun-p800.yaml`
+with a sliding window and a logit cap, extend in its unified (deterministic)
+mode too; and the tiles `kunlun-p800.yaml`
 ships compile without spills."""
 
 import dataclasses
@@ -40,6 +41,10 @@ def _windowed(spec):
     return dataclasses.replace(spec, constexprs={**spec.constexprs, **changes})
 
 
+def _unified(spec):
+    return dataclasses.replace(spec, constexprs={**spec.constexprs, "UNIFIED": True})
+
+
 def test_attention_kernels_lower():
     jobs = []
     for target in LOWERING_TARGETS:
@@ -52,6 +57,8 @@ def test_attention_kernels_lower():
                 if head_dim == 80:
                     planned = [_windowed(spec) for spec in planned]
                 jobs += [(spec, aot_target(target)) for spec in planned]
+                if op == "extend_attention" and head_dim != 13:  # deterministic inference's unified mode too
+                    jobs += [(_unified(spec), aot_target(target)) for spec in planned]
     assert {spec.name for spec, _ in jobs} == {"store_kv_kernel", "decode_partial_kernel", "decode_merge_kernel",
                                                 "extend_kernel"}  # fmt: skip
     assert_lowers(jobs)
