@@ -174,15 +174,24 @@ class _KunlunSRTPlatformBase(SRTPlatform):
         logger.info("kunlun-triton: model loaded; kernels run on target %s", current_target())
 
 
+def torch_exposes_device_graphs() -> bool:
+    """The torch build has real device graphs: ``torch.cuda.CUDAGraph``, the
+    capture-state query SGLang's runner uses, and a compiled ``_CUDAGraph``
+    (a build without them has torch's dummy class from ``torch._utils``).
+    Touches no device: a CUDA context made here would poison SGLang's fork."""
+    cuda = getattr(torch, "cuda", None)
+    if not all(hasattr(cuda, name) for name in ("CUDAGraph", "graph", "is_current_stream_capturing")):
+        return False
+    compiled = getattr(torch._C, "_CUDAGraph", None)
+    return compiled is not None and getattr(compiled, "__module__", "") != "torch._utils"
+
+
 def device_graphs_available(target_name: str) -> bool:
     """Decode graph capture on this target: CUDA and HIP always; Kunlun when
-    its vendor torch exposes device graphs (``torch.cuda.CUDAGraph`` and the
-    capture-state query SGLang's runner uses), else off, said once."""
+    its vendor torch exposes device graphs, else off, said once."""
     if target_name in ("cuda", "hip"):
         return True
-    cuda = getattr(torch, "cuda", None)
-    exposed = all(hasattr(cuda, name) for name in ("CUDAGraph", "graph", "is_current_stream_capturing"))
-    if target_name == "kunlun" and exposed:
+    if target_name == "kunlun" and torch_exposes_device_graphs():
         return True
     logger.info("kunlun-triton: no device graphs on target %s; decode runs eagerly (--disable-cuda-graph)", target_name)
     return False

@@ -216,12 +216,19 @@ def test_captured_ops_do_not_sync_with_checks_off(name):
 
 
 def test_platform_declares_graphs_where_the_target_has_them():
+    from kunlun_triton.sglang_plugin import platform
     from kunlun_triton.sglang_plugin.platform import KunlunDevPlatform, KunlunPlatform, device_graphs_available
 
     assert device_graphs_available("cuda") and device_graphs_available("hip")
     assert not device_graphs_available("interpreter")
-    exposed = all(hasattr(torch.cuda, n) for n in ("CUDAGraph", "graph", "is_current_stream_capturing"))
-    assert device_graphs_available("kunlun") == exposed
+    # Kunlun: on only when the vendor torch has compiled graphs (this torch: a CUDA build, it has)
+    assert torch._C._CUDAGraph.__module__ == "torch._C"
+    assert device_graphs_available("kunlun")
+    dummy = type("_CUDAGraph", (), {"__module__": "torch._utils"})  # what a build without graphs carries
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(torch._C, "_CUDAGraph", dummy)
+        assert not platform.torch_exposes_device_graphs()
+        assert not device_graphs_available("kunlun")
     assert not KunlunDevPlatform.capabilities.graph_capture
     from sglang.srt.model_executor.runner.decode_cuda_graph_runner import DecodeCudaGraphRunner
 
