@@ -19,9 +19,9 @@ Decode graphs (SGLang 0.5.23's contract): `init_cuda_graph_state` allocates
 kv_indptr, kv_indices and, per layer shape, one split-KV scratch sized for
 the largest captured batch; `init_forward_metadata_out_graph` (capture only)
 points the metadata at views of them; `init_forward_metadata_in_graph`
-rewrites them from the batch's device tensors (cumsum, a fixed-shape gather
-and scatter: no host value, no allocation whose address a replay sees
-change); the graph's kernels run unchecked.
+rewrites them from the batch's device tensors (`build_kv_indices`: a cumsum
+and one program per request; no host value, no allocation whose address a
+replay sees change); the graph's kernels run unchecked.
 
 Deterministic inference (``--enable-deterministic-inference``): decode splits
 are fixed tiles of `split_tile_size` keys (a request's split count depends
@@ -66,8 +66,7 @@ class GraphState:
     """Decode-graph buffers, allocated once for the largest captured batch."""
 
     kv_indptr: torch.Tensor  # int32 [max_bs + 1]
-    kv_indices: torch.Tensor  # int32 [max_bs * max_len + 1]; the last entry takes padding lanes
-    columns: torch.Tensor  # int64 [max_len]: 0 .. max_len - 1
+    kv_indices: torch.Tensor  # int32 [max_bs * max_len]
     max_bs: int
     scratch: dict = field(default_factory=dict)  # layer dims -> (flat part_out, flat part_lse)
 
@@ -171,8 +170,7 @@ class KunlunTritonAttnBackend(AttentionBackend):
         max_len = self.max_context_len
         self.graph = GraphState(
             kv_indptr=torch.zeros(max_bs + 1, dtype=torch.int32, device=device),
-            kv_indices=torch.zeros(max_bs * max_len + 1, dtype=torch.int32, device=device),
-            columns=torch.arange(max_len, dtype=torch.int64, device=device),
+            kv_indices=torch.zeros(max_bs * max_len, dtype=torch.int32, device=device),
             max_bs=max_bs,
         )
 
@@ -198,21 +196,16 @@ class KunlunTritonAttnBackend(AttentionBackend):
 
     def init_forward_metadata_in_graph(self, forward_batch):
         """kv_indptr = [0, cumsum(seq_lens)] and kv_indices = each request's
-        req_to_token row up to its length, packed: device ops of static
-        shape [bs, max_len] (padding lanes write the buffer's last entry)."""
+        req_to_token row up to its length, packed, on the device
+        (`build_kv_indices`: static shapes, reads only the live slots)."""
+        from kunlun_triton import ops
+
         meta, g = self.forward_metadata, self.graph
         if g is None or meta is None or not meta.graph_batch:
             return
         bs = meta.graph_batch
-        seq_lens = forward_batch.seq_lens[:bs].to(torch.int64)
-        ends = torch.cumsum(seq_lens, 0)
-        g.kv_indptr[1 : bs + 1].copy_(ends)
-        g.kv_indptr[0].zero_()
-        starts = (ends - seq_lens)[:, None]
-        lanes = g.columns[None, :]
-        dest = torch.where(lanes < seq_lens[:, None], starts + lanes, g.kv_indices.numel() - 1)
-        rows = self.req_to_token_pool.req_to_token[forward_batch.req_pool_indices[:bs].to(torch.int64)]
-        g.kv_indices.scatter_(0, dest.reshape(-1), rows.reshape(-1).to(torch.int32))
+        ops.build_kv_indices(self.req_to_token_pool.req_to_token, forward_batch.req_pool_indices[:bs],
+                             forward_batch.seq_lens[:bs], g.kv_indptr[: bs + 1], g.kv_indices, check=False)  # fmt: skip
 
     def _graph_workspace(self, dims, bs, device):
         """The split-KV scratch of batch `bs` in a graph: views of one buffer

@@ -144,3 +144,16 @@ def extend_attention_unified(q_extend, o_extend, k_buffer, v_buffer, qo_indptr, 
         out[q0:q1] = attend(q_extend[q0:q1], k_buffer[slots], v_buffer[slots], q_pos, k_pos, sm_scale, logit_cap,
                             sliding_window)  # fmt: skip
     return o_extend.copy_(out)
+
+
+def build_kv_indices(req_to_token, req_pool_indices, seq_lens, kv_indptr, kv_indices):
+    """kv_indptr = [0, cumsum(seq_lens)]; request b's first seq_lens[b] ids of
+    table row req_pool_indices[b], packed into kv_indices (in place)."""
+    lens = [int(n) for n in seq_lens]
+    kv_indptr[0] = 0
+    start = 0
+    for b, n in enumerate(lens):
+        kv_indices[start : start + n] = req_to_token[int(req_pool_indices[b]), :n].to(kv_indices.dtype)
+        start += n
+        kv_indptr[b + 1] = start
+    return kv_indptr, kv_indices
