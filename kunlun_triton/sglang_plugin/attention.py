@@ -189,8 +189,10 @@ class KunlunTritonAttnBackend(AttentionBackend):
         if not mode.is_decode_or_idle() or forward_batch.spec_info is not None:
             raise NotImplementedError(f"kunlun_triton attention: graph capture of {mode} is not supported")
         bs = forward_batch.batch_size
-        if self.graph is None or bs > self.graph.max_bs:
-            raise RuntimeError(f"kunlun_triton attention: capture of batch {bs} before init_cuda_graph_state")
+        if self.graph is None:
+            raise RuntimeError("kunlun_triton attention: graph capture before init_cuda_graph_state")
+        if bs > self.graph.max_bs:
+            raise RuntimeError(f"kunlun_triton attention: capture of batch {bs} > max_bs {self.graph.max_bs}")
         g = self.graph
         self.forward_metadata = KunlunAttnMetadata(g.kv_indptr[: bs + 1], g.kv_indices, graph_batch=bs)
 
@@ -212,7 +214,7 @@ class KunlunTritonAttnBackend(AttentionBackend):
         per layer shape, sized for the largest batch."""
         from kunlun_triton import ops
 
-        heads, kv_heads, head_dim, v_dim = dims
+        heads, v_dim = dims[0], dims[3]
         plan_of = lambda b: ops.decode_split_plan(  # noqa: E731
             b, *dims, split_tile_size=self.split_tile_size,
             max_context_len=self.max_context_len if self.split_tile_size else None)  # fmt: skip

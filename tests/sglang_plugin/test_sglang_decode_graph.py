@@ -191,6 +191,8 @@ def test_capture_needs_graph_state_and_decode():
     with pytest.raises(RuntimeError, match="init_cuda_graph_state"):
         backend.init_forward_metadata_out_graph(static.view(2), in_capture=True)
     backend.init_cuda_graph_state(MAX_BS, MAX_BS)
+    with pytest.raises(RuntimeError, match="max_bs"):
+        backend.init_forward_metadata_out_graph(static.view(MAX_BS + 1), in_capture=True)
     from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
     extend = static.view(2)
