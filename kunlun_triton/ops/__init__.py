@@ -29,8 +29,9 @@ FAMILY_OF = {
     "moe_topk": "moe",
     "fused_experts": "moe",
 }
-# Helpers next to an op: the decode step's split-KV scratch.
-HELPERS = {"decode_workspace": "attention", "DecodeWorkspace": "attention"}
+# Helpers next to an op: the decode step's split-KV scratch and paged metadata.
+HELPERS = {"decode_workspace": "attention", "DecodeWorkspace": "attention", "decode_split_plan": "attention",
+           "build_kv_indices": "attention"}
 
 __all__ = sorted({**FAMILY_OF, **HELPERS})
 

@@ -15,13 +15,29 @@ stage overwrites them, in stream order); per-request split counts are
 decided on the device from the lengths, so the decode path never waits on
 the host (run with checks off outside development mode).
 
+Decode graphs (SGLang 0.5.23's contract): `init_cuda_graph_state` allocates
+kv_indptr, kv_indices and, per layer shape, one split-KV scratch sized for
+the largest captured batch; `init_forward_metadata_out_graph` (capture only)
+points the metadata at views of them; `init_forward_metadata_in_graph`
+rewrites them from the batch's device tensors (`build_kv_indices`: a cumsum
+and one program per request; no host value, no allocation whose address a
+replay sees change); the graph's kernels run unchecked.
+
+Deterministic inference (``--enable-deterministic-inference``): decode splits
+are fixed tiles of `split_tile_size` keys (a request's split count depends
+on its own length only) and extend runs `extend_attention`'s unified mode
+(kv_indices cover the whole sequence; keys on a fixed tile grid), so a
+request's result does not depend on its batch, its cached prefix or its
+chunking.
+
 Not supported (a clear error, not a wrong answer): speculative decoding
 (target verify / draft extend), encoder and cross attention, quantized or
-non-NHD KV caches, CUDA graphs.
+non-NHD KV caches.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -42,6 +58,17 @@ class KunlunAttnMetadata:
     max_len_extend: int = 0
     # decode: the step's split-KV scratch per (q heads, kv heads, head dim, v head dim)
     workspaces: dict = field(default_factory=dict)
+    graph_batch: int = 0  # > 0: a graph's metadata, views of GraphState for this batch size
+
+
+@dataclass
+class GraphState:
+    """Decode-graph buffers, allocated once for the largest captured batch."""
+
+    kv_indptr: torch.Tensor  # int32 [max_bs + 1]
+    kv_indices: torch.Tensor  # int32 [max_bs * max_len]
+    max_bs: int
+    scratch: dict = field(default_factory=dict)  # layer dims -> (flat part_out, flat part_lse)
 
 
 def gather_kv_indices(req_to_token, req_pool_indices, lengths, total: int):
@@ -63,14 +90,39 @@ def _cpu_list_or(tensor, cpu_list):
     return list(cpu_list) if cpu_list is not None else tensor.tolist()
 
 
+def deterministic_inference() -> bool:
+    from sglang.srt.runtime_context import get_exec
+
+    try:
+        return bool(get_exec().deterministic.enable_deterministic_inference)
+    except Exception:  # no server context (a backend built outside an engine)
+        return False
+
+
+def deterministic_split_tile_size() -> int:
+    """Keys per decode split under deterministic inference: SGLang's own
+    choice for its Triton backend (server arg, else its env var, else 256)."""
+    from sglang.srt.runtime_context import get_exec
+
+    try:
+        tile = get_exec().kernel.triton_attention_split_tile_size
+    except Exception:
+        tile = None
+    return int(tile or os.environ.get("SGLANG_TRITON_DECODE_SPLIT_TILE_SIZE", 256))
+
+
 class KunlunTritonAttnBackend(AttentionBackend):
-    def __init__(self, model_runner):
+    def __init__(self, model_runner, deterministic: Optional[bool] = None):
         super().__init__()
         self.device = model_runner.device
         self.req_to_token_pool = model_runner.req_to_token_pool
         self.token_to_kv_pool = model_runner.token_to_kv_pool
         self.forward_metadata = None
         self.check = dev_mode()
+        self.deterministic = deterministic_inference() if deterministic is None else deterministic
+        self.split_tile_size = deterministic_split_tile_size() if self.deterministic else None
+        self.max_context_len = self.req_to_token_pool.req_to_token.shape[1]
+        self.graph: Optional[GraphState] = None
         if getattr(model_runner, "use_mla_backend", False):
             raise NotImplementedError("kunlun_triton attention: MLA models are not supported yet")
         if not plain_pool(self.token_to_kv_pool):
@@ -99,14 +151,86 @@ class KunlunTritonAttnBackend(AttentionBackend):
             raise NotImplementedError(f"kunlun_triton attention: forward mode {mode} is not supported")
         prefix_cpu = _cpu_list_or(forward_batch.extend_prefix_lens, forward_batch.extend_prefix_lens_cpu)
         extend_cpu = _cpu_list_or(forward_batch.extend_seq_lens, forward_batch.extend_seq_lens_cpu)
-        kv_indptr, kv_indices = gather_kv_indices(
-            req_to_token, forward_batch.req_pool_indices, forward_batch.extend_prefix_lens, int(sum(prefix_cpu))
-        )
+        if self.deterministic:  # unified extend: each request's whole sequence
+            kv_lens, total = forward_batch.seq_lens, sum(prefix_cpu) + sum(extend_cpu)
+        else:  # the prefix only; the new tokens come from k/v
+            kv_lens, total = forward_batch.extend_prefix_lens, sum(prefix_cpu)
+        kv_indptr, kv_indices = gather_kv_indices(req_to_token, forward_batch.req_pool_indices, kv_lens, int(total))
         ext = forward_batch.extend_seq_lens.to(device=req_to_token.device, dtype=torch.int64)
         qo_indptr = torch.zeros(ext.numel() + 1, dtype=torch.int64, device=ext.device)
         torch.cumsum(ext, dim=0, out=qo_indptr[1:])
         self.forward_metadata = KunlunAttnMetadata(
             kv_indptr, kv_indices, qo_indptr.to(torch.int32), max(extend_cpu, default=0)
+        )
+
+    # -- decode graphs (SGLang 0.5.23: out_graph / in_graph) ----------------
+
+    def init_cuda_graph_state(self, max_bs: int, max_num_tokens: int):
+        device = self.req_to_token_pool.req_to_token.device
+        max_len = self.max_context_len
+        self.graph = GraphState(
+            kv_indptr=torch.zeros(max_bs + 1, dtype=torch.int32, device=device),
+            kv_indices=torch.zeros(max_bs * max_len, dtype=torch.int32, device=device),
+            max_bs=max_bs,
+        )
+
+    def get_cuda_graph_seq_len_fill_value(self):
+        return 1
+
+    def init_forward_metadata_out_graph(self, forward_batch, in_capture: bool = False):
+        """At capture: the metadata becomes views of the graph buffers (a
+        replay runs the captured kernels on the same addresses; the in-graph
+        part refills them). At replay: nothing host-side to do."""
+        mode = forward_batch.forward_mode
+        if not in_capture:
+            if self.graph is None or not mode.is_decode_or_idle():
+                self.init_forward_metadata(forward_batch)
+            return
+        if not mode.is_decode_or_idle() or forward_batch.spec_info is not None:
+            raise NotImplementedError(f"kunlun_triton attention: graph capture of {mode} is not supported")
+        bs = forward_batch.batch_size
+        if self.graph is None:
+            raise RuntimeError("kunlun_triton attention: graph capture before init_cuda_graph_state")
+        if bs > self.graph.max_bs:
+            raise RuntimeError(f"kunlun_triton attention: capture of batch {bs} > max_bs {self.graph.max_bs}")
+        g = self.graph
+        self.forward_metadata = KunlunAttnMetadata(g.kv_indptr[: bs + 1], g.kv_indices, graph_batch=bs)
+
+    def init_forward_metadata_in_graph(self, forward_batch):
+        """kv_indptr = [0, cumsum(seq_lens)] and kv_indices = each request's
+        req_to_token row up to its length, packed, on the device
+        (`build_kv_indices`: static shapes, reads only the live slots)."""
+        from kunlun_triton import ops
+
+        meta, g = self.forward_metadata, self.graph
+        if g is None or meta is None or not meta.graph_batch:
+            return
+        bs = meta.graph_batch
+        ops.build_kv_indices(self.req_to_token_pool.req_to_token, forward_batch.req_pool_indices[:bs],
+                             forward_batch.seq_lens[:bs], g.kv_indptr[: bs + 1], g.kv_indices, check=False)  # fmt: skip
+
+    def _graph_workspace(self, dims, bs, device):
+        """The split-KV scratch of batch `bs` in a graph: views of one buffer
+        per layer shape, sized for the largest batch."""
+        from kunlun_triton import ops
+
+        heads, v_dim = dims[0], dims[3]
+        plan_of = lambda b: ops.decode_split_plan(  # noqa: E731
+            b, *dims, split_tile_size=self.split_tile_size,
+            max_context_len=self.max_context_len if self.split_tile_size else None)  # fmt: skip
+        scratch = self.graph.scratch.get(dims)
+        if scratch is None:
+            rows = max(b * plan_of(b)[1] for b in range(1, self.graph.max_bs + 1))
+            scratch = self.graph.scratch[dims] = (
+                torch.empty(rows * heads * v_dim, dtype=torch.float32, device=device),
+                torch.empty(rows * heads, dtype=torch.float32, device=device),
+            )
+        tokens, splits = plan_of(bs)
+        flat_out, flat_lse = scratch
+        return ops.DecodeWorkspace(
+            flat_out[: bs * heads * splits * v_dim].view(bs, heads, splits, v_dim),
+            flat_lse[: bs * heads * splits].view(bs, heads, splits),
+            tokens,
         )
 
     # -- helpers -----------------------------------------------------------
@@ -123,11 +247,11 @@ class KunlunTritonAttnBackend(AttentionBackend):
             raise NotImplementedError("kunlun_triton attention: encoder / cross attention is not supported")
         return cap, window
 
-    def _store(self, layer, forward_batch, k, v):
+    def _store(self, layer, forward_batch, k, v, check):
         pool = self.token_to_kv_pool
         loc = forward_batch.out_cache_loc
         if plain_pool(pool) and k.dtype == pool.dtype and v.dtype == pool.dtype:
-            store_kv_into_pool(pool, layer.layer_id, loc, k, v, check=self.check)
+            store_kv_into_pool(pool, layer.layer_id, loc, k, v, check=check)
         else:
             pool.set_kv_buffer(layer, KVWriteLoc.for_batch(forward_batch), k, v)
 
@@ -144,7 +268,7 @@ class KunlunTritonAttnBackend(AttentionBackend):
             k = pool.get_key_buffer(layer.layer_id)[forward_batch.out_cache_loc]
             v = pool.get_value_buffer(layer.layer_id)[forward_batch.out_cache_loc]
         elif save_kv_cache:
-            self._store(layer, forward_batch, k, v)
+            self._store(layer, forward_batch, k, v, self.check)
         meta = self.forward_metadata
         ops.extend_attention(
             q.view(-1, heads, layer.qk_head_dim),
@@ -161,6 +285,7 @@ class KunlunTritonAttnBackend(AttentionBackend):
             logit_cap=cap,
             sliding_window=window,
             check=self.check,
+            unified_kv=self.deterministic,
         )
         return o
 
@@ -171,13 +296,18 @@ class KunlunTritonAttnBackend(AttentionBackend):
         heads = layer.tp_q_head_num
         q = q.reshape(-1, heads * layer.qk_head_dim)
         o = q.new_empty((q.shape[0], heads * layer.v_head_dim))
-        if save_kv_cache and k is not None and v is not None:
-            self._store(layer, forward_batch, k, v)
         meta = self.forward_metadata
+        check = self.check and not meta.graph_batch  # a graph never syncs on the host
+        if save_kv_cache and k is not None and v is not None:
+            self._store(layer, forward_batch, k, v, check)
         dims = (heads, layer.tp_k_head_num, layer.qk_head_dim, layer.v_head_dim)
         workspace = meta.workspaces.get(dims)
-        if workspace is None:  # the step's first layer of this shape
-            workspace = meta.workspaces[dims] = ops.decode_workspace(q.shape[0], *dims, q.device)
+        if workspace is None and meta.graph_batch:
+            workspace = meta.workspaces[dims] = self._graph_workspace(dims, q.shape[0], q.device)
+        elif workspace is None:  # the step's first layer of this shape
+            fixed = dict(split_tile_size=self.split_tile_size, max_context_len=self.max_context_len)
+            workspace = meta.workspaces[dims] = ops.decode_workspace(
+                q.shape[0], *dims, q.device, **(fixed if self.split_tile_size else {}))
         ops.decode_attention(
             q.view(-1, heads, layer.qk_head_dim),
             self.token_to_kv_pool.get_key_buffer(layer.layer_id),
@@ -188,7 +318,7 @@ class KunlunTritonAttnBackend(AttentionBackend):
             layer.scaling,
             logit_cap=cap,
             sliding_window=window,
-            check=self.check,
+            check=check,
             workspace=workspace,
         )
         return o

@@ -65,6 +65,28 @@ def _register_attention_backend() -> None:
         return KunlunTritonAttnBackend(runner)
 
 
+def _accept_deterministic_inference() -> None:
+    from sglang.srt.arg_groups.choices import (
+        DETERMINISTIC_ATTENTION_BACKEND_CHOICES,
+        RADIX_SUPPORTED_DETERMINISTIC_ATTENTION_BACKEND,
+        add_deterministic_attention_backend_choices,
+        add_radix_supported_deterministic_attention_backend_choices,
+    )
+
+    if ATTENTION_BACKEND not in DETERMINISTIC_ATTENTION_BACKEND_CHOICES:
+        add_deterministic_attention_backend_choices([ATTENTION_BACKEND])
+    # Our extend is invariant to how the prefix was cached: keep the radix cache.
+    if ATTENTION_BACKEND not in RADIX_SUPPORTED_DETERMINISTIC_ATTENTION_BACKEND:
+        add_radix_supported_deterministic_attention_backend_choices([ATTENTION_BACKEND])
+
+
+def _hook_batch_invariant_mode() -> None:
+    from .batch_invariant import enable_batch_invariant_mode, murmur_hash32
+
+    _hook(BATCH_INVARIANT_HOOK, enable_batch_invariant_mode, "AROUND")
+    _hook(SAMPLING_HASH_HOOK, murmur_hash32, "AROUND")
+
+
 def _register_sampling_backend() -> None:
     from sglang.srt.layers.sampler import register_sampler_backend
 
@@ -113,6 +135,8 @@ def _hook_collectives() -> None:
 SEED_HOOK = "sglang.srt.sampling.sampling_batch_info.SamplingBatchInfo.from_schedule_batch"
 INTERNAL_STATE_HOOK = "sglang.srt.managers.scheduler.Scheduler.get_internal_state"
 RPC_HOOK = "sglang.srt.managers.scheduler.Scheduler.handle_rpc_request"
+BATCH_INVARIANT_HOOK = "sglang.srt.batch_invariant_ops.enable_batch_invariant_mode"
+SAMPLING_HASH_HOOK = "sglang.kernels.ops.sampling.murmur_hash.murmur_hash32"
 ATTENTION_OPS = "decode_attention, extend_attention, store_kv"
 FUSED_OPS = "rms_norm, fused_add_rms_norm, silu_and_mul, gelu_and_mul, rotary_embedding"
 
@@ -125,6 +149,13 @@ TOUCHPOINTS = (
                "KunlunPlatform / KunlunDevPlatform (device, defaults, dtype policy)", "sglang"),
     Touchpoint("attention backend", "registration", "attention_registry.register_attention_backend",
                f"--attention-backend {ATTENTION_BACKEND} -> {ATTENTION_OPS}", "plugin", _register_attention_backend),
+    Touchpoint("deterministic inference", "registration",
+               "choices.add_deterministic_attention_backend_choices, add_radix_supported_..._choices",
+               f"--enable-deterministic-inference with --attention-backend {ATTENTION_BACKEND} (radix cache kept): "
+               "fixed decode split tiles, unified extend", "plugin", _accept_deterministic_inference),
+    Touchpoint("batch-invariant ops", "hook", f"{BATCH_INVARIANT_HOOK}, {SAMPLING_HASH_HOOK} (AROUND)",
+               "development mode: host row-GEMV + SGLang's log-softmax/mean kernels for CPU, SGLang's Triton "
+               "sampling hash on host tensors; a card: SGLang's own", "platform", _hook_batch_invariant_mode),
     Touchpoint("sampling backend", "registration", "sampler.register_sampler_backend",
                f"--sampling-backend {SAMPLING_BACKEND} -> greedy, sample", "plugin", _register_sampling_backend),
     Touchpoint("fused ops", "fused-op forward", "BaseFusedOp.register_oot_forward (dispatch key kunlun)",

@@ -174,18 +174,53 @@ class _KunlunSRTPlatformBase(SRTPlatform):
         logger.info("kunlun-triton: model loaded; kernels run on target %s", current_target())
 
 
+def torch_exposes_device_graphs() -> bool:
+    """The torch build has real device graphs: ``torch.cuda.CUDAGraph``, the
+    capture-state query SGLang's runner uses, and a compiled ``_CUDAGraph``
+    (a build without them has torch's dummy class from ``torch._utils``).
+    Touches no device: a CUDA context made here would poison SGLang's fork."""
+    cuda = getattr(torch, "cuda", None)
+    if not all(hasattr(cuda, name) for name in ("CUDAGraph", "graph", "is_current_stream_capturing")):
+        return False
+    compiled = getattr(torch._C, "_CUDAGraph", None)
+    return compiled is not None and getattr(compiled, "__module__", "") != "torch._utils"
+
+
+def device_graphs_available(target_name: str) -> bool:
+    """Decode graph capture on this target: CUDA and HIP always; Kunlun when
+    its vendor torch exposes device graphs, else off, said once."""
+    if target_name in ("cuda", "hip"):
+        return True
+    if target_name == "kunlun" and torch_exposes_device_graphs():
+        return True
+    logger.info("kunlun-triton: no device graphs on target %s; decode runs eagerly (--disable-cuda-graph)", target_name)
+    return False
+
+
 class KunlunPlatform(KunlunDeviceMixin, _KunlunSRTPlatformBase):
     """A Kunlun card (or a GPU, with ``KUNLUN_TRITON_TARGET=cuda|hip``)."""
 
-    # Graph capture needs a graph runner (get_graph_runner_cls); not yet.
-    capabilities = PlatformCapabilities(supports_triton=True, graph_capture=False)
+    def __init__(self) -> None:
+        super().__init__()
+        from kunlun_triton.runtime import current_target
+
+        graphs = device_graphs_available(current_target().name)
+        self.capabilities = PlatformCapabilities(supports_triton=True, graph_capture=graphs)
+
+    def get_graph_runner_cls(self):
+        """SGLang's decode graph runner: our attention backend implements the
+        0.5.23 out_graph / in_graph metadata contract; device is ``cuda``."""
+        from sglang.srt.model_executor.runner.decode_cuda_graph_runner import DecodeCudaGraphRunner
+
+        return DecodeCudaGraphRunner
 
 
 class KunlunDevPlatform(KunlunDevDeviceMixin, _KunlunSRTPlatformBase):
     """CPU development mode. SGLang's own small Triton kernels (allocator,
     request-table writes) stay on their torch paths: they were decorated at
     import time, possibly before TRITON_INTERPRET was set, so they would try a
-    GPU. Ours are imported lazily, after it is set."""
+    GPU. Ours are imported lazily, after it is set. No device graphs on the
+    host: decode runs eagerly (``--disable-cuda-graph`` is forced)."""
 
     capabilities = PlatformCapabilities(supports_triton=False, graph_capture=False)
 

@@ -1,4 +1,4 @@
-"""Tiny random Llama / Qwen2 / Qwen3-MoE / Mixtral checkpoints built locally, for tests and the main job.
+"""Tiny random Llama / Qwen2 / Qwen3 / Qwen3-MoE / Mixtral checkpoints built locally, for tests and the main job.
 
 No hub access: the config is written by hand, the weights are random (seeded),
 and the tokenizer is a byte-level BPE trained with `tokenizers` on a small
@@ -15,7 +15,7 @@ import json
 import os
 from pathlib import Path
 
-ARCHS = ("llama", "qwen2", "qwen3_moe", "mixtral")
+ARCHS = ("llama", "qwen2", "qwen3", "qwen3_moe", "mixtral")
 # The MoE models: 8 experts, 2 per token, expert width 48 (24 per rank at TP 2: not a power of two).
 MOE_EXPERTS, MOE_TOP_K, MOE_INTERMEDIATE = 8, 2, 48
 
@@ -75,7 +75,7 @@ def train_tokenizer(out_dir: Path, vocab_size: int = 512):
 
 
 def _config(arch: str, vocab_size: int, tokenizer):
-    from transformers import LlamaConfig, MixtralConfig, Qwen2Config, Qwen3MoeConfig
+    from transformers import LlamaConfig, MixtralConfig, Qwen2Config, Qwen3Config, Qwen3MoeConfig
 
     common = dict(
         vocab_size=vocab_size,
@@ -95,6 +95,8 @@ def _config(arch: str, vocab_size: int, tokenizer):
     )
     if arch == "llama":
         return LlamaConfig(tie_word_embeddings=False, attention_bias=False, **common)
+    if arch == "qwen3":  # dense, q/k norms
+        return Qwen3Config(tie_word_embeddings=True, head_dim=16, **common)
     if arch == "qwen3_moe":  # softmax routing, renormalised top-k (norm_topk_prob), q/k norms
         return Qwen3MoeConfig(tie_word_embeddings=False, num_experts=MOE_EXPERTS, num_experts_per_tok=MOE_TOP_K,
                               moe_intermediate_size=MOE_INTERMEDIATE, norm_topk_prob=True, decoder_sparse_step=1,

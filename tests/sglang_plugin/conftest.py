@@ -48,6 +48,11 @@ def tiny_qwen2(model_root):
 
 
 @pytest.fixture(scope="session")
+def tiny_qwen3(model_root):
+    return _build(model_root, "qwen3")
+
+
+@pytest.fixture(scope="session")
 def tiny_qwen3_moe(model_root):
     return _build(model_root, "qwen3_moe")
 

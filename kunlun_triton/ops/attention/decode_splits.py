@@ -105,11 +105,20 @@ def decode_workspace(batch: int, q_heads: int, kv_heads: int, head_dim: int, v_h
     if split_tile_size is not None:
         require_number(where, "split_tile_size", split_tile_size, minimum=1, integer=True)
         require_number(where, "max_context_len", max_context_len, minimum=1, integer=True)
-    plan = _plan(config, torch.float32, head_dim, v_head_dim, q_heads // kv_heads, None)
-    tokens, splits = split_policy(plan, batch, kv_heads, num_kv_splits, split_tile_size, max_context_len)
+    tokens, splits = decode_split_plan(batch, q_heads, kv_heads, head_dim, v_head_dim, num_kv_splits=num_kv_splits,
+                                       split_tile_size=split_tile_size, max_context_len=max_context_len, config=config)
     part_out = torch.empty(batch, q_heads, splits, v_head_dim, dtype=torch.float32, device=device)
     part_lse = torch.empty(batch, q_heads, splits, dtype=torch.float32, device=device)
     return DecodeWorkspace(part_out, part_lse, tokens)
+
+
+def decode_split_plan(batch: int, q_heads: int, kv_heads: int, head_dim: int, v_head_dim: int, *,
+                      num_kv_splits: int | None = None, split_tile_size: int | None = None,
+                      max_context_len: int | None = None, config: dict | None = None) -> tuple[int, int]:  # fmt: skip
+    """(split_tokens, max_splits) `decode_workspace` chooses, without allocating:
+    a graph capture sizes one scratch for every batch size from it."""
+    plan = _plan(config, torch.float32, head_dim, v_head_dim, q_heads // kv_heads, None)
+    return split_policy(plan, batch, kv_heads, num_kv_splits, split_tile_size, max_context_len)
 
 
 def check_workspace(workspace, batch: int, q_heads: int, v_dim: int, device) -> None:

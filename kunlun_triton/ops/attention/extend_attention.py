@@ -17,6 +17,19 @@ diagonal, a sliding window's edge), each kind its own loop.
 
 A key a row cannot see never reaches it, whatever its K or V holds (see
 `extend_tile`); a NaN a row does see makes its output NaN.
+
+Unified mode (``unified_kv=True``, deterministic inference): kv_indices list
+the whole sequence, prefix and new tokens (store_kv wrote them first), and a
+program runs ONE paged stream over positions 0 .. prefix + m_last on the
+fixed grid of BLOCK_N tiles from position 0. A row's reduction order then
+depends only on its own position, never on where the cached prefix ends or
+how the prompt was chunked: a tile past the row's position or outside its
+window adds exactly 0 to its softmax (m unchanged, e^0 = 1 rescale, p = 0),
+and a tile is the same keys in the same lanes whichever part they came from.
+Query blocks sit on the same kind of grid (position p in lane p % BLOCK_M),
+so a row also meets its dot products in the same lane every time.
+The two-stream split costs nothing extra per key; unified mode reads the
+new tokens' slot ids too (4 bytes a key).
 """
 
 import torch
@@ -188,6 +201,7 @@ def extend_kernel(
     DOT_FP32: tl.constexpr,
     INDEX_I64: tl.constexpr,
     LOAD_IGNORES_OTHER: tl.constexpr,
+    UNIFIED: tl.constexpr,
 ):
     b = tl.program_id(0)
     head = tl.program_id(1)
@@ -195,15 +209,20 @@ def extend_kernel(
 
     q_start = tl.load(qo_indptr_ptr + b)
     extend_len = tl.load(qo_indptr_ptr + b + 1) - q_start
+    kv_start = tl.load(kv_indptr_ptr + b)
+    prefix_len = tl.load(kv_indptr_ptr + b + 1) - kv_start  # unified: the whole sequence, made prefix below
+    if UNIFIED:
+        # Query blocks on the global grid too: position p is always lane
+        # p % BLOCK_M of its block (a dot's rounding may depend on the lane).
+        prefix_len -= extend_len
+        m0 -= prefix_len % BLOCK_M
     if m0 >= extend_len:
         return
-    kv_start = tl.load(kv_indptr_ptr + b)
-    prefix_len = tl.load(kv_indptr_ptr + b + 1) - kv_start
     kv_head = head // GROUP
     m_last = tl.minimum(m0 + BLOCK_M, extend_len) - 1  # the block's last real query row
 
     offs_m = m0 + tl.arange(0, BLOCK_M)
-    m_mask = offs_m < extend_len
+    m_mask = (offs_m >= 0) & (offs_m < extend_len)  # below 0: unified mode's lanes of cached positions
     offs_d = tl.arange(0, BLOCK_D)
     offs_dv = tl.arange(0, BLOCK_DV)
     d_mask = offs_d < HEAD_DIM
@@ -216,29 +235,42 @@ def extend_kernel(
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_DV], dtype=tl.float32)
 
-    # Stream 1: the cached prefix, keys at positions 0 .. prefix_len - 1; query
-    # row m sits at position prefix_len + m.
-    lo, full_lo = 0, 0
-    if WINDOW > 0:
-        lo = tl.maximum(prefix_len + m0 - WINDOW, 0)
-        full_lo = prefix_len + m_last - WINDOW
-    m_i, l_i, acc = extend_stream(
-        q, m_i, l_i, acc, lo, full_lo, prefix_len, prefix_len, prefix_len + offs_m,
-        kv_indices_ptr + kv_start, 0, k_buffer_ptr + kv_head * kb_stride_h, v_buffer_ptr + kv_head * vb_stride_h,
-        kb_stride_s, vb_stride_s, sm_scale, offs_d, offs_dv, d_mask, dv_mask, BLOCK_N, False, WINDOW, True,
-        BLOCK_D != HEAD_DIM, BLOCK_DV != V_DIM, LOGIT_CAP, USE_DOT, DOT_FP32, INDEX_I64, LOAD_IGNORES_OTHER)  # fmt: skip
+    if UNIFIED:
+        # One paged stream over the whole sequence, causal, on tiles from
+        # position 0 (a window's first tile rounded down onto that grid).
+        lo, full_lo = 0, 0
+        if WINDOW > 0:
+            lo = tl.maximum(prefix_len + m0 - WINDOW, 0) // BLOCK_N * BLOCK_N
+            full_lo = prefix_len + m_last - WINDOW
+        m_i, l_i, acc = extend_stream(
+            q, m_i, l_i, acc, lo, full_lo, prefix_len + m0 + 1, prefix_len + m_last + 1, prefix_len + offs_m,
+            kv_indices_ptr + kv_start, 0, k_buffer_ptr + kv_head * kb_stride_h, v_buffer_ptr + kv_head * vb_stride_h,
+            kb_stride_s, vb_stride_s, sm_scale, offs_d, offs_dv, d_mask, dv_mask, BLOCK_N, True, WINDOW, True,
+            BLOCK_D != HEAD_DIM, BLOCK_DV != V_DIM, LOGIT_CAP, USE_DOT, DOT_FP32, INDEX_I64, LOAD_IGNORES_OTHER)  # fmt: skip
+    else:
+        # Stream 1: the cached prefix, keys at positions 0 .. prefix_len - 1; query
+        # row m sits at position prefix_len + m.
+        lo, full_lo = 0, 0
+        if WINDOW > 0:
+            lo = tl.maximum(prefix_len + m0 - WINDOW, 0)
+            full_lo = prefix_len + m_last - WINDOW
+        m_i, l_i, acc = extend_stream(
+            q, m_i, l_i, acc, lo, full_lo, prefix_len, prefix_len, prefix_len + offs_m,
+            kv_indices_ptr + kv_start, 0, k_buffer_ptr + kv_head * kb_stride_h, v_buffer_ptr + kv_head * vb_stride_h,
+            kb_stride_s, vb_stride_s, sm_scale, offs_d, offs_dv, d_mask, dv_mask, BLOCK_N, False, WINDOW, True,
+            BLOCK_D != HEAD_DIM, BLOCK_DV != V_DIM, LOGIT_CAP, USE_DOT, DOT_FP32, INDEX_I64, LOAD_IGNORES_OTHER)  # fmt: skip
 
-    # Stream 2: the new tokens themselves, causal: key n (at prefix_len + n) is
-    # seen by rows m >= n; keys up to m0 by the whole block; none past m_last.
-    lo, full_lo = 0, 0
-    if WINDOW > 0:
-        lo = tl.maximum(m0 - WINDOW, 0)
-        full_lo = m_last - WINDOW
-    m_i, l_i, acc = extend_stream(
-        q, m_i, l_i, acc, lo, full_lo, m0 + 1, m_last + 1, offs_m, kv_indices_ptr, q_start,
-        k_extend_ptr + kv_head * ke_stride_h, v_extend_ptr + kv_head * ve_stride_h, ke_stride_t, ve_stride_t,
-        sm_scale, offs_d, offs_dv, d_mask, dv_mask, BLOCK_N, True, WINDOW, False, BLOCK_D != HEAD_DIM,
-        BLOCK_DV != V_DIM, LOGIT_CAP, USE_DOT, DOT_FP32, INDEX_I64, LOAD_IGNORES_OTHER)  # fmt: skip
+        # Stream 2: the new tokens themselves, causal: key n (at prefix_len + n) is
+        # seen by rows m >= n; keys up to m0 by the whole block; none past m_last.
+        lo, full_lo = 0, 0
+        if WINDOW > 0:
+            lo = tl.maximum(m0 - WINDOW, 0)
+            full_lo = m_last - WINDOW
+        m_i, l_i, acc = extend_stream(
+            q, m_i, l_i, acc, lo, full_lo, m0 + 1, m_last + 1, offs_m, kv_indices_ptr, q_start,
+            k_extend_ptr + kv_head * ke_stride_h, v_extend_ptr + kv_head * ve_stride_h, ke_stride_t, ve_stride_t,
+            sm_scale, offs_d, offs_dv, d_mask, dv_mask, BLOCK_N, True, WINDOW, False, BLOCK_D != HEAD_DIM,
+            BLOCK_DV != V_DIM, LOGIT_CAP, USE_DOT, DOT_FP32, INDEX_I64, LOAD_IGNORES_OTHER)  # fmt: skip
 
     out = finish_rows(acc, l_i)
     tl.store(o_ptr + rows[:, None] * o_stride_t + head * o_stride_h + offs_dv[None, :], out.to(o_ptr.dtype.element_ty),
@@ -257,7 +289,7 @@ def _plan(config, dtype, head_dim, v_dim, group, formulation) -> AttentionPlan:
     return attention_plan(OP, config, dtype, head_dim, v_dim, group, formulation)
 
 
-def _validate(q, k, v, o, k_buffer, v_buffer, qo_indptr, kv_indptr, kv_indices, max_len_extend):
+def _validate(q, k, v, o, k_buffer, v_buffer, qo_indptr, kv_indptr, kv_indices, max_len_extend, unified_kv):
     for name, t in (("q_extend", q), ("k_extend", k), ("v_extend", v), ("o_extend", o)):
         require_tensor(OP, name, t, ndim=3)
     for name, t in (("qo_indptr", qo_indptr), ("kv_indptr", kv_indptr), ("kv_indices", kv_indices)):
@@ -281,6 +313,9 @@ def _validate(q, k, v, o, k_buffer, v_buffer, qo_indptr, kv_indptr, kv_indices, 
     if longest > max_len_extend:
         raise ValueError(f"{OP}: max_len_extend = {max_len_extend} but a request extends by {longest} tokens")
     kv = check_indptr(OP, "kv_indptr", kv_indptr, batch, kv_indices.numel(), "len(kv_indices)")
+    if unified_kv and batch and bool(((kv[1:] - kv[:-1]) < (qo[1:] - qo[:-1])).any()):
+        raise ValueError(f"{OP}: unified_kv: kv_indices must list every request's whole sequence, "
+                         "but a request has fewer keys than new tokens")  # fmt: skip
     check_slots(OP, "kv_indices", kv_indices, k_buffer.shape[0], int(kv[-1]))
     return group, batch
 
@@ -302,6 +337,7 @@ def extend_attention(
     check: bool = True,
     formulation: str | None = None,
     *,
+    unified_kv: bool = False,
     config: dict | None = None,
 ) -> torch.Tensor:
     """Causal attention for a batch of extends; writes `o_extend`.
@@ -317,6 +353,12 @@ def extend_attention(
     `sliding_window` and `formulation` as in `decode_attention`. Returns
     `o_extend`.
 
+    ``unified_kv=True`` (deterministic inference): kv_indices list request
+    b's WHOLE sequence (prefix, then its new tokens, already in the pool) and
+    k_extend / v_extend are not read; keys are folded on a fixed tile grid
+    from position 0, so a row's output is bitwise the same however the
+    sequence was split into cached prefix and extend (module docstring).
+
     ``check=False`` (or ``KUNLUN_TRITON_CHECK=0``) skips every input check,
     the metadata reads that sync the host included; bad metadata then reads
     or writes unrelated memory.
@@ -324,7 +366,7 @@ def extend_attention(
     if checked_mode(check):
         max_len_extend = require_number(OP, "max_len_extend", max_len_extend, minimum=0, integer=True)
         group, batch = _validate(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer,
-                                 qo_indptr, kv_indptr, kv_indices, max_len_extend)  # fmt: skip
+                                 qo_indptr, kv_indptr, kv_indices, max_len_extend, unified_kv)  # fmt: skip
         sm_scale = require_number(OP, "sm_scale", sm_scale, above=0.0)
         logit_cap = require_number(OP, "logit_cap", logit_cap or 0.0, minimum=0.0)
         window = window_constexpr(OP, sliding_window)
@@ -338,12 +380,17 @@ def extend_attention(
     if batch <= 0 or tokens == 0 or max_len_extend <= 0:
         return o_extend
     if not use_triton(OP, *tensors):
+        if unified_kv:
+            return reference.extend_attention_unified(q_extend, o_extend, k_buffer, v_buffer, qo_indptr, kv_indptr,
+                                                      kv_indices, sm_scale, logit_cap, window)  # fmt: skip
         return reference.extend_attention(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, qo_indptr,
                                           kv_indptr, kv_indices, max_len_extend, sm_scale, logit_cap, window)
 
     v_dim = v_buffer.shape[2]
     plan = _plan(config, q_extend.dtype, head_dim, v_dim, group, formulation)
-    extend_kernel[(batch, q_heads, cdiv(max_len_extend, plan.block_m))](
+    # unified: a request's new tokens may start mid-block, one block more
+    row_blocks = cdiv(max_len_extend, plan.block_m) + (1 if unified_kv else 0)
+    extend_kernel[(batch, q_heads, row_blocks)](
         q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, qo_indptr, kv_indptr, kv_indices,
         sm_scale,
         q_extend.stride(0), q_extend.stride(1), k_extend.stride(0), k_extend.stride(1),
@@ -352,7 +399,7 @@ def extend_attention(
         GROUP=group, HEAD_DIM=head_dim, V_DIM=v_dim, BLOCK_M=plan.block_m, BLOCK_N=plan.block_n,
         BLOCK_D=plan.block_d, BLOCK_DV=plan.block_dv, LOGIT_CAP=logit_cap, WINDOW=window,
         USE_DOT=plan.use_dot, DOT_FP32=plan.dot_fp32, INDEX_I64=needs_int64(k_buffer, v_buffer, k_extend, v_extend),
-        LOAD_IGNORES_OTHER=plan.load_ignores_other,
+        LOAD_IGNORES_OTHER=plan.load_ignores_other, UNIFIED=bool(unified_kv),
         **plan.launch,
     )  # fmt: skip
     return o_extend

@@ -125,3 +125,35 @@ def extend_attention(
         q_pos = k_pos[prefix:]
         out[q0:q1] = attend(q_extend[q0:q1], k, v, q_pos, k_pos, sm_scale, logit_cap, sliding_window)
     return o_extend.copy_(out)
+
+
+def extend_attention_unified(q_extend, o_extend, k_buffer, v_buffer, qo_indptr, kv_indptr, kv_indices, sm_scale,
+                             logit_cap=0.0, sliding_window=None) -> torch.Tensor:  # fmt: skip
+    """`extend_attention` with ``unified_kv``: request b's slots
+    kv_indices[kv_indptr[b]:kv_indptr[b+1]] are its whole sequence, the new
+    tokens (rows qo_indptr[b]:qo_indptr[b+1] of q_extend) its last ones."""
+    total, hq = q_extend.shape[0], q_extend.shape[1]
+    out = torch.zeros(total, hq, v_buffer.shape[-1], dtype=torch.float32, device=q_extend.device)
+    for b in range(qo_indptr.numel() - 1):
+        q0, q1 = int(qo_indptr[b]), int(qo_indptr[b + 1])
+        if q1 == q0:
+            continue
+        slots = _slots(kv_indptr, kv_indices, b)
+        k_pos = torch.arange(slots.numel(), device=q_extend.device)
+        q_pos = k_pos[slots.numel() - (q1 - q0):]
+        out[q0:q1] = attend(q_extend[q0:q1], k_buffer[slots], v_buffer[slots], q_pos, k_pos, sm_scale, logit_cap,
+                            sliding_window)  # fmt: skip
+    return o_extend.copy_(out)
+
+
+def build_kv_indices(req_to_token, req_pool_indices, seq_lens, kv_indptr, kv_indices):
+    """kv_indptr = [0, cumsum(seq_lens)]; request b's first seq_lens[b] ids of
+    table row req_pool_indices[b], packed into kv_indices (in place)."""
+    lens = [int(n) for n in seq_lens]
+    kv_indptr[0] = 0
+    start = 0
+    for b, n in enumerate(lens):
+        kv_indices[start : start + n] = req_to_token[int(req_pool_indices[b]), :n].to(kv_indices.dtype)
+        start += n
+        kv_indptr[b + 1] = start
+    return kv_indptr, kv_indices

@@ -1,7 +1,8 @@
 """Every attention kernel lowers ahead of time as the launchers plan it
 (`OpSpec.kernels`) for CUDA sm_90, HIP gfx942 and Kunlun (its plans compiled
 for sm_90 as a proxy), both formulations, several head dims, fp16 and bf16,
-with a sliding window and a logit cap; and the tiles `kunlun-p800.yaml`
+with a sliding window and a logit cap, extend in its unified (deterministic)
+mode too; and the tiles `kunlun-p800.yaml`
 ships compile without spills."""
 
 import dataclasses
@@ -40,6 +41,25 @@ def _windowed(spec):
     return dataclasses.replace(spec, constexprs={**spec.constexprs, **changes})
 
 
+def _kv_indices_kernels(target):
+    """build_kv_indices (a captured decode step's metadata) as `target` launches it."""
+    from kunlun_triton.ops import build_kv_indices
+    from kunlun_triton.runtime import targeting
+    from kunlun_triton.testing.launches import meta_kernel_specs
+
+    def meta(*shape, dtype=torch.int32):
+        return torch.empty(shape, dtype=dtype, device="meta")
+
+    with targeting(target):
+        return meta_kernel_specs(lambda: build_kv_indices(meta(8, 4096), meta(3, dtype=torch.int64),
+                                                          meta(3, dtype=torch.int64), meta(4), meta(3 * 4096),
+                                                          check=False))  # fmt: skip
+
+
+def _unified(spec):
+    return dataclasses.replace(spec, constexprs={**spec.constexprs, "UNIFIED": True})
+
+
 def test_attention_kernels_lower():
     jobs = []
     for target in LOWERING_TARGETS:
@@ -52,8 +72,11 @@ def test_attention_kernels_lower():
                 if head_dim == 80:
                     planned = [_windowed(spec) for spec in planned]
                 jobs += [(spec, aot_target(target)) for spec in planned]
+                if op == "extend_attention" and head_dim != 13:  # deterministic inference's unified mode too
+                    jobs += [(_unified(spec), aot_target(target)) for spec in planned]
+        jobs += [(spec, aot_target(target)) for spec in _kv_indices_kernels(target)]
     assert {spec.name for spec, _ in jobs} == {"store_kv_kernel", "decode_partial_kernel", "decode_merge_kernel",
-                                                "extend_kernel"}  # fmt: skip
+                                                "extend_kernel", "build_kv_indices_kernel"}  # fmt: skip
     assert_lowers(jobs)
 
 

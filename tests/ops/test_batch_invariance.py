@@ -1,0 +1,57 @@
+"""Deterministic inference needs every per-token op to be batch-invariant: a
+row's result, bit for bit, is the same alone and inside a batch of any size
+at any position. Norms, activations and rotary run one row (token) per
+program with a fixed reduction over the hidden dim, so they are; pinned here
+(the attention kernels: tests/ops/attention/test_deterministic_attention.py)."""
+
+import pytest
+import torch
+
+from strategies import DEVICE
+
+from kunlun_triton import ops
+from kunlun_triton.ops.rope.spec import cos_sin_cache
+
+ROWS, HIDDEN = 13, 96
+
+
+def _rows(seed, width=HIDDEN):
+    return torch.randn(ROWS, width, generator=torch.Generator().manual_seed(seed)).to(DEVICE)
+
+
+def _assert_row_invariant(run, *inputs):
+    """run(*row-sliced inputs) for every row alone equals its row of the batched call."""
+    batched = run(*(t.clone() for t in inputs))
+    for i in (0, 5, ROWS - 1):
+        alone = run(*(t[i : i + 1].clone() for t in inputs))
+        assert torch.equal(alone[0], batched[i]), f"row {i}"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_norms_are_row_invariant(dtype):
+    weight = _rows(1)[0].to(dtype)
+    x, residual = _rows(2).to(dtype), _rows(3).to(dtype)
+    _assert_row_invariant(lambda a: ops.rms_norm(a, weight), x)
+
+    def fused(a, r):
+        out = ops.fused_add_rms_norm(a, r, weight)
+        return torch.cat([out, r], dim=-1)  # the output and the updated residual
+
+    _assert_row_invariant(fused, x, residual)
+
+
+@pytest.mark.parametrize("op", ["silu_and_mul", "gelu_and_mul"])
+def test_activations_are_row_invariant(op):
+    _assert_row_invariant(getattr(ops, op), _rows(4, 2 * HIDDEN))
+
+
+def test_rotary_is_row_invariant():
+    heads, head_dim = 2, 32
+    cache = cos_sin_cache(head_dim, 64, 10000.0, torch.float32, DEVICE)
+    positions = torch.randint(0, 64, (ROWS,), generator=torch.Generator().manual_seed(5)).to(DEVICE)
+
+    def rotate(pos, q, k):
+        ops.rotary_embedding(pos, q, k, head_dim, cache, True)
+        return torch.cat([q, k], dim=-1)
+
+    _assert_row_invariant(rotate, positions, _rows(6, heads * head_dim), _rows(7, head_dim))
