@@ -17,7 +17,7 @@ import torch
 
 from ...runtime import Target, capabilities, get_config
 from ...testing.aot import KernelSpec
-from ..spec import OpCase, OpSpec
+from ..spec import FORMULATION, TILE, OpCase, OpSpec
 from . import align, reference
 from .fused_experts import FORMULATIONS, SUM_TILE_CAP, _Plan, fused_experts
 from .moe_topk import _plan as topk_plan
@@ -237,9 +237,12 @@ SPECS = [
            (({"tokens": 5, "num_experts": 12, "top_k": 3}, torch.float32),
             ({"tokens": 3, "num_experts": 16, "top_k": 4, "scoring": "sigmoid", "bias": True, "groups": 4,
               "topk_group": 2, "scaling": 2.5}, torch.bfloat16)),
-           moe_topk_shapes, tune_candidates=moe_topk_candidates, x_axis="tokens", kernels=moe_topk_kernels),
+           moe_topk_shapes, tune_candidates=moe_topk_candidates, x_axis="tokens", kernels=moe_topk_kernels,
+           config_keys={"ROWS_PER_PROGRAM": TILE}),
     OpSpec("fused_experts", "moe", fused_experts_case,
            (({"tokens": 6, "num_experts": 6, "top_k": 2, "hidden_size": 40, "intermediate_size": 24}, torch.float16),),
            fused_experts_shapes, tune_candidates=fused_experts_candidates, tune_shapes=fused_experts_tune_shapes,
-           tune_keep=fused_experts_keep, tolerance_scale=2, x_axis="tokens", kernels=fused_experts_kernels),
+           tune_keep=fused_experts_keep, tolerance_scale=2, x_axis="tokens", kernels=fused_experts_kernels,
+           config_keys={"formulation": FORMULATION, **dict.fromkeys(
+               ("BLOCK_M", "BLOCK_N", "BLOCK_K", "DOWN_BLOCK_N", "DOWN_BLOCK_K"), TILE)}),
 ]  # fmt: skip
