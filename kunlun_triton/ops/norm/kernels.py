@@ -33,9 +33,10 @@ def _row_tile(pid, n_rows, ROWS_PER_PROGRAM: tl.constexpr, N_COLS: tl.constexpr,
     return rows.to(tl.int64), cols, mask
 
 
-# 1 / max|x| is capped at 2**100 so that a zero or subnormal row keeps a finite
-# scale and sqrt(eps) * scale stays finite for any eps below ~7e16.
-MAX_SCALE = tl.constexpr(2.0**100)
+# max|x| is floored at 2**-100 (the scale 1 / max|x| capped at 2**100) so that a zero
+# or subnormal row keeps a finite scale, with no division by zero, and sqrt(eps) *
+# scale stays finite for any eps below ~7e16.
+MIN_PEAK = tl.constexpr(2.0**-100)
 
 
 @triton.jit
@@ -43,7 +44,7 @@ def _normalize(total, weight_ptr, cols, mask, eps, N_COLS: tl.constexpr):
     """total / sqrt(mean(total**2) + eps) * weight in fp32, right across fp32's range.
 
     ``x * x`` overflows above |x| ~ 1.8e19 and vanishes below ~1e-23, so the
-    squares are taken of x * s with s = 1 / max|x| (capped at MAX_SCALE):
+    squares are taken of x * s with s = 1 / max(max|x|, MIN_PEAK):
     t = rms(x * s) lies in [1 / sqrt(N), 1] for any row that is not zero, and
     rms(x) = t / s. With e = sqrt(eps) * s, the hypot
 
@@ -53,7 +54,7 @@ def _normalize(total, weight_ptr, cols, mask, eps, N_COLS: tl.constexpr):
     (eps = 0, 0 / 0 as in the formula). Cost: one max-reduction, one
     multiply per element and a few scalars per row.
     """
-    scale = tl.minimum(1.0 / tl.max(tl.abs(total), axis=1), MAX_SCALE)
+    scale = 1.0 / tl.maximum(tl.max(tl.abs(total), axis=1), MIN_PEAK)
     scaled = total * scale[:, None]
     t = tl.sqrt(tl.sum(scaled * scaled, axis=1) / N_COLS)
     e = tl.sqrt(eps) * scale

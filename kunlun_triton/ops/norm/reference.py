@@ -11,7 +11,7 @@ import math
 
 import torch
 
-MAX_SCALE = 2.0**100  # as kernels.MAX_SCALE
+MIN_PEAK = 2.0**-100  # as kernels.MIN_PEAK
 
 
 def inv_rms(x32: torch.Tensor, eps: float) -> torch.Tensor:
@@ -19,7 +19,7 @@ def inv_rms(x32: torch.Tensor, eps: float) -> torch.Tensor:
     (the hypot of `kernels._normalize`)."""
     if x32.shape[-1] == 0:
         return torch.full((*x32.shape[:-1], 1), 1 / math.sqrt(eps) if eps else math.nan, device=x32.device)
-    scale = x32.abs().amax(dim=-1, keepdim=True).reciprocal().clamp(max=MAX_SCALE)
+    scale = x32.abs().amax(dim=-1, keepdim=True).clamp(min=MIN_PEAK).reciprocal()
     t = (x32 * scale).pow(2).mean(dim=-1, keepdim=True).sqrt()
     e = math.sqrt(eps) * scale
     big = torch.maximum(t, e)
