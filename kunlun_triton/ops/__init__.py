@@ -9,7 +9,10 @@ Names resolve lazily, so importing this package compiles nothing and an op
 family that fails to import breaks only its own ops.
 """
 
+import functools
 import importlib
+
+from ..runtime.config_keys import set_key_provider
 
 FAMILY_OF = {
     "rms_norm": "norm",
@@ -34,6 +37,17 @@ HELPERS = {"decode_workspace": "attention", "DecodeWorkspace": "attention", "dec
            "build_kv_indices": "attention"}
 
 __all__ = sorted({**FAMILY_OF, **HELPERS})
+
+
+@functools.cache
+def _config_key_rules() -> dict:
+    from .spec import config_key_rules
+
+    return config_key_rules()
+
+
+# Config files are checked against the specs' keys when first read (never per call).
+set_key_provider(_config_key_rules)
 
 
 def __getattr__(name):

@@ -21,7 +21,11 @@ Each op family's ``spec.py`` lists an `OpSpec` per op. `doctor`, `bench` and
   launcher uses to pick its constexprs; the lowering tests and
   ``kunlun-triton inspect`` compile these;
 - ``traffic(shape, dtype)``: bytes one call moves as launched on the
-  active target (scratch included), where the op has a model of it.
+  active target (scratch included), where the op has a model of it;
+- ``config_keys``: every upper-case key (and ``formulation``) its configs
+  may set, with what the kernel requires of it (`runtime.config_keys`); the
+  launch options in `LAUNCH_KEYS` come on top. Config files are checked
+  against these when read (None: nothing checked for the op).
 """
 
 from __future__ import annotations
@@ -32,7 +36,27 @@ from typing import Callable
 
 import torch
 
+from ..runtime.config_keys import COUNT, FLAG, NON_NEGATIVE, TILE, ConfigKey, choice
+
 FAMILIES = ("norm", "activation", "rope", "attention", "sampling", "moe")
+
+# Lower-case launch options any op's config may carry (`capabilities.launch_options`
+# hands each target the ones it understands).
+LAUNCH_KEYS = {
+    "num_warps": TILE,
+    "num_stages": NON_NEGATIVE,
+    # AMD
+    "waves_per_eu": NON_NEGATIVE,
+    "matrix_instr_nonkdim": NON_NEGATIVE,
+    "kpack": choice(1, 2),
+    # Kunlun
+    "buffer_size_limit": COUNT,
+    "isCloseOffsetAnalysis": FLAG,
+    "isCloseCoreTiling": FLAG,
+    "isCloseUnrollControl": FLAG,
+    "isCloseVectorization": FLAG,
+}
+FORMULATION = choice("dot", "sum")
 
 
 @dataclass
@@ -65,6 +89,7 @@ class OpSpec:
     x_axis: str = ""
     kernels: Callable[[dict, torch.dtype, dict], list] | None = None
     traffic: Callable[[dict, torch.dtype], int] | None = None
+    config_keys: dict[str, ConfigKey] | None = None  # what its configs may set (+ LAUNCH_KEYS)
 
 
 def family_specs(family: str) -> list[OpSpec]:
@@ -74,6 +99,24 @@ def family_specs(family: str) -> list[OpSpec]:
 def all_specs(families=FAMILIES) -> dict[str, OpSpec]:
     """``{op name: spec}`` over the families, in family order."""
     return {spec.name: spec for family in families for spec in family_specs(family)}
+
+
+def config_key_rules(families=FAMILIES) -> dict:
+    """``{op: {key: ConfigKey} or None}`` for `runtime.config_keys`: each op's
+    declared keys plus the launch options. A family whose specs fail to import
+    leaves its ops unchecked (that failure shows when the op itself is used)."""
+    from . import FAMILY_OF
+
+    rules = {}
+    for family in families:
+        try:
+            specs = family_specs(family)
+        except Exception:  # noqa: BLE001 - the op's own import reports it
+            rules.update({op: None for op, fam in FAMILY_OF.items() if fam == family})
+            continue
+        for spec in specs:
+            rules[spec.name] = None if spec.config_keys is None else {**LAUNCH_KEYS, **spec.config_keys}
+    return rules
 
 
 def resolve_config(spec_name: str, dims: dict, overlay: dict | None = None) -> dict:

@@ -19,7 +19,12 @@ value beats a shape rule in ``default.yaml``. Upper-case keys are kernel meta-pa
 keys launch options (see `capabilities.launch_options`).
 
 ``KUNLUN_TRITON_CONFIG_DIR`` names a directory searched before the shipped
-one, file by file (what ``kunlun-triton tune`` writes can live there).
+one, file by file (what ``kunlun-triton tune`` writes can live there); one
+that does not exist is logged once as a warning and skipped.
+
+Every value is checked against what the op's kernels take when its file is
+first read (`config_keys`: a bad tile size raises `ConfigError` naming file,
+op and key; an unknown key or op is warned about once), so lookups stay free.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from pathlib import Path
 
 import yaml
 
+from .config_keys import check_op_config, warn_once
 from .env import env_str, raw_env
 from .target import Target, current_target
 
@@ -60,6 +66,8 @@ def config_dirs() -> list[Path]:
 
 @functools.lru_cache(maxsize=8)
 def _config_dirs(user_dir: str | None) -> tuple[Path, ...]:
+    if user_dir and not Path(user_dir).is_dir():
+        warn_once(f"KUNLUN_TRITON_CONFIG_DIR={user_dir!r} is not a directory; only the shipped configs are used")
     return ((Path(user_dir),) if user_dir else ()) + (shipped_config_dir(),)
 
 
@@ -103,6 +111,7 @@ def validate(data, path) -> dict:
         if entry.get("source", "reasoned") not in ("measured", "reasoned", "tuned"):
             raise ConfigError(path, f"{where}.source", "measured, reasoned or tuned", entry["source"])
         _check_mapping_of_scalars(path, f"{where}.config", entry.get("config", {}))
+        check_op_config(path, op, f"{where}.config", entry.get("config", {}), _error_in(path))
         rules = entry.get("by_shape", [])
         if not isinstance(rules, list):
             raise ConfigError(path, f"{where}.by_shape", "a list of {when, config} rules", rules)
@@ -117,7 +126,12 @@ def validate(data, path) -> dict:
             ):
                 raise ConfigError(path, f"{rkey}.when", "a mapping of <dim>_min/<dim>_max to numbers", when)
             _check_mapping_of_scalars(path, f"{rkey}.config", rule["config"])
+            check_op_config(path, op, f"{rkey}.config", rule["config"], _error_in(path))
     return ops
+
+
+def _error_in(path):
+    return lambda key, expected, got: ConfigError(path, key, expected, got)
 
 
 @functools.lru_cache(maxsize=64)

@@ -97,6 +97,32 @@ def test_leading_dims_and_fp32_weight(dtype):
     assert_close(out, oracle_rms_norm(x, weight, 1e-6))
 
 
+@given(
+    exponent=st.floats(-30, 30),
+    eps=st.sampled_from([0.0, 1e-6]),
+    width=st.sampled_from([1, 7, 64, 200]),
+    backend=st.sampled_from(["triton", "torch"]),
+    seed=strategies.seeds(),
+)
+def test_any_fp32_magnitude_normalises_right(exponent, eps, width, backend, seed):
+    """Rows scaled by 1e-30..1e30: x * x would overflow to inf (output 0) or
+    underflow to 0 (output inf with eps = 0) in plain fp32 maths."""
+    gen = torch.Generator().manual_seed(seed)
+    scale = 10.0**exponent
+    x = (torch.randn(3, width, generator=gen, dtype=torch.float64) * scale).float().to(DEVICE)
+    residual = (torch.randn(3, width, generator=gen, dtype=torch.float64) * scale).float().to(DEVICE)
+    weight = torch.randn(width, generator=gen).to(DEVICE)
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("KUNLUN_TRITON_BACKEND", backend)
+        out = rms_norm(x, weight, eps)
+        expected_out, expected_residual = oracle_fused(x, residual, weight, eps)
+        fused = fused_add_rms_norm(x, residual, weight, eps)
+    assert torch.isfinite(out).all() and torch.isfinite(fused).all()
+    assert_close(out, oracle_rms_norm(x, weight, eps))
+    assert_close(fused, expected_out)
+    assert_close(residual, expected_residual)
+
+
 def test_many_rows_cross_program_boundaries():
     # More rows than any ROWS_PER_PROGRAM tile, with a ragged last tile.
     x = torch.randn(67, 40, device=DEVICE)

@@ -160,6 +160,18 @@ POS = torch.tensor([0, 1, 2], device=DEVICE)
 Q = torch.randn(3, 2 * 16, device=DEVICE)
 K = torch.randn(3, 16, device=DEVICE)
 CACHE = make_cache(16, torch.float32)
+
+
+@pytest.mark.parametrize("backend", ["triton", "torch"])
+@pytest.mark.parametrize("three_dim", [False, True])
+def test_zero_tokens_return_on_every_path(monkeypatch, backend, three_dim):
+    monkeypatch.setenv("KUNLUN_TRITON_BACKEND", backend)
+    shape = (0, 2, 16) if three_dim else (0, 32)
+    query, key = torch.empty(shape, device=DEVICE), torch.empty(shape, device=DEVICE)
+    out = rotary_embedding(torch.empty(0, dtype=torch.int64, device=DEVICE), query, key, 16, CACHE, True)
+    assert out[0] is query and out[1] is key
+
+
 BAD_INPUTS = [
     ("positions", TypeError, lambda: rotary_embedding(POS.float(), Q, K, 16, CACHE, True)),
     ("positions", ValueError, lambda: rotary_embedding(POS.view(3, 1), Q, K, 16, CACHE, True)),
@@ -178,6 +190,10 @@ BAD_INPUTS = [
     ("cos_sin_cache", ValueError, lambda: rotary_embedding(POS, Q, K, 16, CACHE[:, :15], True)),
     ("cos_sin_cache", TypeError, lambda: rotary_embedding(POS, Q, K, 16, CACHE.to(torch.int64), True)),
     ("is_neox", TypeError, lambda: rotary_embedding(POS, Q, K, 16, CACHE, "neox")),
+    # rotated in place: a view whose tokens or heads alias one another is refused
+    ("query", ValueError, lambda: rotary_embedding(POS, Q[:1].expand(3, 32), K, 16, CACHE, True)),
+    ("key", ValueError, lambda: rotary_embedding(POS, Q, K[:1].expand(3, 16), 16, CACHE, True)),
+    ("query", ValueError, lambda: rotary_embedding(POS, Q[:, :16].unsqueeze(1).expand(3, 2, 16), K, 16, CACHE, True)),
 ]
 
 

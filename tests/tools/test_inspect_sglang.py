@@ -64,3 +64,21 @@ def test_split_heuristic_mirror_matches_sglangs_kernel(lens, heads, kv_heads):
     get_num_kv_splits_triton[(1,)](theirs, seq_lens, len(lens), 1, heads, kv_heads, 8, 132,
                                    MAX_NUM_SEQ=max(256, 1 << (len(lens) - 1).bit_length()))  # fmt: skip
     assert sglang_num_kv_splits(lens, heads, kv_heads, 8, 132) == theirs.tolist()
+
+
+def test_fused_experts_compare_shows_sglangs_fused_moe_kernel():
+    """`inspect fused_experts --compare sglang`: SGLang's W13 and W2
+    fused_moe_kernel rows at our tiles and launch options, compiled (small
+    expert sizes keep it quick)."""
+    shape = {"num_experts": [8], "hidden_size": [256], "intermediate_size": [128]}
+    report = inspect_ops(["fused_experts"], SM90, resolve_preset("qwen3-30b-a3b"), torch.bfloat16, batch=1,
+                         overrides=shape, compare=("sglang",))  # fmt: skip
+    rows = report["ops"]["fused_experts"]["kernels"]
+    theirs = [k for k in rows if k["impl"] == "sglang"]
+    ours = {k["kernel"]: k for k in rows if k["impl"] == "ours"}
+    assert [k["kernel"] for k in theirs] == ["fused_moe_kernel", "fused_moe_kernel"]
+    assert all("error" not in k and k["regs"] > 0 and k["spill_bytes"] == 0 for k in theirs), theirs
+    up, down = ours["moe_gate_up_kernel"], ours["moe_down_kernel"]
+    assert (theirs[0]["constexprs"]["BLOCK_SIZE_N"], theirs[1]["constexprs"]["BLOCK_SIZE_N"]) == (
+        2 * up["constexprs"]["BLOCK_N"], down["constexprs"]["BLOCK_N"])
+    assert theirs[0]["num_stages"] == up["num_stages"] and theirs[0]["num_warps"] == up["num_warps"]

@@ -10,7 +10,7 @@ import itertools
 import torch
 
 from ...runtime import FLOAT_DTYPES
-from ..spec import OpCase, OpSpec
+from ..spec import TILE, OpCase, OpSpec
 from . import ops, reference
 
 # Leading dims, strided rows, a non-power-of-two half width, values reaching the saturated ends.
@@ -77,7 +77,9 @@ def tune_shapes(preset, quick: bool) -> list[dict]:
     return [{"rows": r, "d": d} for r in ([64] if quick else [16, 1024, 16384])]
 
 
-_TUNE = dict(tune_candidates=tune_candidates, tune_shapes=tune_shapes, x_axis="rows")
+# A program's output tile: ROWS_PER_PROGRAM x BLOCK_COLS (both tl.arange extents).
+_TUNE = dict(tune_candidates=tune_candidates, tune_shapes=tune_shapes, x_axis="rows",
+             config_keys={"ROWS_PER_PROGRAM": TILE, "BLOCK_COLS": TILE})
 SPECS = [
     OpSpec("silu_and_mul", "activation", _case("silu_and_mul"), DOCTOR, bench_shapes, **_TUNE,
            kernels=_kernels("silu_and_mul")),

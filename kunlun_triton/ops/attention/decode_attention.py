@@ -52,7 +52,7 @@ from ..validation import (
 )
 from . import reference
 from .decode_splits import DecodeWorkspace, _plan, check_workspace, split_policy
-from .shared import check_kv_pool, cdiv, needs_int64, window_constexpr
+from .shared import check_formulation, check_kv_pool, cdiv, needs_int64, window_constexpr
 from .tiles import capped_scores, finish_rows, load_tile, online_softmax_update
 
 OP = "decode_attention"
@@ -291,8 +291,9 @@ def decode_attention(
     if checked_mode(check):
         group = _validate(q, k_buffer, v_buffer, o, kv_indptr, kv_indices, workspace)
         sm_scale = require_number(OP, "sm_scale", sm_scale, above=0.0)
-        logit_cap = require_number(OP, "logit_cap", logit_cap or 0.0, minimum=0.0)
+        logit_cap = require_number(OP, "logit_cap", 0.0 if logit_cap is None else logit_cap, minimum=0.0)
         window = window_constexpr(OP, sliding_window)
+        check_formulation(OP, formulation)
         if num_kv_splits is not None:
             num_kv_splits = require_number(OP, "num_kv_splits", num_kv_splits, minimum=1, integer=True)
         if split_tile_size is not None:

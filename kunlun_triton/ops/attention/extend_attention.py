@@ -48,7 +48,7 @@ from ..validation import (
     require_tensor,
 )
 from . import reference
-from .shared import AttentionPlan, attention_plan, cdiv, check_kv_pool, needs_int64, window_constexpr
+from .shared import AttentionPlan, attention_plan, cdiv, check_formulation, check_kv_pool, needs_int64, window_constexpr
 from .tiles import capped_scores, finish_rows, load_tile, online_softmax_update
 
 OP = "extend_attention"
@@ -368,8 +368,9 @@ def extend_attention(
         group, batch = _validate(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer,
                                  qo_indptr, kv_indptr, kv_indices, max_len_extend, unified_kv)  # fmt: skip
         sm_scale = require_number(OP, "sm_scale", sm_scale, above=0.0)
-        logit_cap = require_number(OP, "logit_cap", logit_cap or 0.0, minimum=0.0)
+        logit_cap = require_number(OP, "logit_cap", 0.0 if logit_cap is None else logit_cap, minimum=0.0)
         window = window_constexpr(OP, sliding_window)
+        check_formulation(OP, formulation)
         tensors = (q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, qo_indptr, kv_indptr, kv_indices)
     else:
         group, batch = q_extend.shape[1] // k_buffer.shape[1], qo_indptr.shape[0] - 1

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import torch
 
 from ...runtime import capabilities, launch_options
-from ..validation import require_number, require_same, require_tensor
+from ..validation import require_choice, require_number, require_same, require_tensor
 
 FORMULATIONS = ("dot", "sum")
 INT32_LIMIT = 2**31
@@ -103,6 +103,13 @@ def attention_plan(op: str, config: dict, dtype, head_dim: int, v_dim: int, grou
         load_ignores_other=capabilities().load_ignores_other,
         launch=launch_options(config),
     )
+
+
+def check_formulation(op: str, formulation) -> None:
+    """A call's `formulation` (None: the config's, else the target's): checked
+    up front, so a bad one is refused even where no kernel runs."""
+    if formulation is not None:
+        require_choice(op, "formulation", formulation, FORMULATIONS)
 
 
 def window_constexpr(op: str, sliding_window) -> int:

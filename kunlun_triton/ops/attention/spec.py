@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from ...testing.paged import decode_batch, extend_batch
-from ..spec import OpCase, OpSpec
+from ..spec import COUNT, FORMULATION, TILE, OpCase, OpSpec
 from . import reference
 from .decode_attention import decode_attention
 from .decode_splits import decode_traffic, decode_workspace
@@ -242,15 +242,18 @@ def extend_tune_shapes(preset, quick):
 SPECS = [
     OpSpec("store_kv", "attention", store_kv_case, (({"tokens": 5, "kv_heads": 2, "head_dim": 64}, torch.float16),),
            store_kv_shapes, bench_dtype=torch.float16, tune_candidates=store_kv_candidates, x_axis="tokens",
-           kernels=store_kv_kernels),
+           kernels=store_kv_kernels, config_keys={"TOKENS_PER_PROGRAM": TILE, "MAX_BLOCK_C": TILE}),
     OpSpec("decode_attention", "attention", decode_attention_case,
            (({"lens": [37, 1, 100], "q_heads": 8, "kv_heads": 2, "head_dim": 128, "page_size": 16}, torch.float16),),
            decode_shapes, bench_dtype=torch.float16, tune_candidates=decode_candidates,
            tune_shapes=decode_tune_shapes, tolerance_scale=2, x_axis="context_len", kernels=decode_attention_kernels,
-           traffic=decode_attention_traffic),
+           traffic=decode_attention_traffic,
+           config_keys={"formulation": FORMULATION, "BLOCK_N": TILE, "MAX_KV_SPLITS": COUNT,
+                        "TARGET_PROGRAMS": COUNT, "MIN_SPLIT_TOKENS": COUNT}),
     OpSpec("extend_attention", "attention", extend_attention_case,
            (({"prefix_lens": [20, 0], "extend_lens": [9, 24], "q_heads": 8, "kv_heads": 2, "head_dim": 128, "page_size": 16}, torch.float16),),
            extend_shapes, bench_dtype=torch.float16, tune_candidates=extend_candidates,
            tune_shapes=extend_tune_shapes, tune_keep=extend_keep, tolerance_scale=2, x_axis="prefix_len",
-           kernels=extend_attention_kernels),
+           kernels=extend_attention_kernels,
+           config_keys={"formulation": FORMULATION, "BLOCK_M": TILE, "BLOCK_N": TILE}),
 ]  # fmt: skip

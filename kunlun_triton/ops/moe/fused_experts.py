@@ -281,8 +281,9 @@ class _Plan:
         self.down = dict(common, BLOCK_N=dbn, BLOCK_K=dbk, MUL_WEIGHT=not on_input, **options)
         self.gate_up_tiles, self.down_tiles = -(-inter // bn), -(-hidden // dbn)
         block_e = triton.next_power_of_2(experts)
-        self.align = dict(E=experts, BLOCK_E=block_e, BLOCK_M=bm, EXPERT_TILE=min(align.EXPERT_TILE, block_e),
-                          BLOCK_TILE=align.BLOCK_TILE)  # fmt: skip
+        tile = power_of_two_at_most(int(config.get("ALIGN_TILE", align.ALIGN_TILE)))
+        self.align = dict(E=experts, BLOCK_E=block_e, BLOCK_M=bm, EXPERT_TILE=min(tile, block_e),
+                          BLOCK_TILE=tile)  # fmt: skip
         block_h = min(triton.next_power_of_2(hidden), 1024)
         self.sum_rows = max(1, SUM_KERNEL_TILE // block_h)
         self.sum_cols = -(-hidden // block_h)
@@ -306,12 +307,13 @@ def _plan(bucket, experts, top_k, hidden, inter, dtype, activation, on_input, fo
 def align_slots(topk_ids: torch.Tensor, num_experts: int, block_m: int, plan_align: dict, zero_after_load: bool):
     """(sorted slots [n], block table [bound, 3], bound) for the flat ids (see `align`)."""
     n = topk_ids.numel()
+    slot_tile = plan_align["BLOCK_TILE"]  # one ALIGN_TILE for every comparison tile
     bound = min(n, -(-n // block_m) + min(num_experts, n))
     if n <= align.SINGLE_PROGRAM_SLOTS:
         index = torch.empty(n + 3 * bound, dtype=torch.int32, device=topk_ids.device)
         sorted_slots, block_info = index[:n], index[n:]
         align.moe_align_single_kernel[(1,)](topk_ids, sorted_slots, block_info, n, bound,
-                                            SLOT_TILE=align.SLOT_TILE, **plan_align)  # fmt: skip
+                                            SLOT_TILE=slot_tile, **plan_align)  # fmt: skip
         return sorted_slots, block_info, bound
     chunk = max(align.MIN_CHUNK, 1 << (-(-n // align.MAX_CHUNKS) - 1).bit_length())
     chunks = -(-n // chunk)
@@ -320,11 +322,11 @@ def align_slots(topk_ids: torch.Tensor, num_experts: int, block_m: int, plan_ali
     chunk_counts, starts = index[n + 3 * bound : -num_experts], index[-num_experts:]
     experts, block_e = plan_align["E"], plan_align["BLOCK_E"]
     align.moe_align_count_kernel[(chunks,)](topk_ids, chunk_counts, n, chunk, E=experts, BLOCK_E=block_e,
-                                            SLOT_TILE=align.SLOT_TILE)  # fmt: skip
+                                            SLOT_TILE=slot_tile)  # fmt: skip
     align.moe_align_prefix_kernel[(1,)](chunk_counts, starts, block_info, chunks, bound, MAX_CHUNKS=align.MAX_CHUNKS,
                                         ZERO_AFTER_LOAD=zero_after_load, **plan_align)  # fmt: skip
     align.moe_align_scatter_kernel[(chunks,)](topk_ids, chunk_counts, starts, sorted_slots, n, chunk, E=experts,
-                                              SLOT_TILE=align.SLOT_TILE)  # fmt: skip
+                                              SLOT_TILE=slot_tile)  # fmt: skip
     return sorted_slots, block_info, bound
 
 

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import torch
 
-from ...runtime import Target, capabilities, get_config
+from ...runtime import Target, capabilities, current_target, get_config
 from ...testing.aot import KernelSpec
-from ..spec import OpCase, OpSpec
+from ..spec import FORMULATION, TILE, OpCase, OpSpec
 from . import align, reference
 from .fused_experts import FORMULATIONS, SUM_TILE_CAP, _Plan, fused_experts
 from .moe_topk import _plan as topk_plan
@@ -184,51 +184,32 @@ def fused_experts_keep(candidate, shape) -> bool:
     return candidate["BLOCK_M"] * candidate["BLOCK_K"] * candidate["BLOCK_N"] <= SUM_TILE_CAP
 
 
+def _compile_target() -> Target:
+    """The active target where it compiles (cuda, hip, kunlun), else the GPU
+    (the lowering tests plan under the interpreter, whose kernels never compile)."""
+    target = current_target()
+    return target if target.name in ("cuda", "hip", "kunlun") else GPU
+
+
 def fused_experts_kernels(shape, dtype, config) -> list[KernelSpec]:
-    """The kernels fused_experts launches at `shape`, as compiled for a GPU
-    (tl.dot, other= honoured), with the constexprs its launcher computes
-    from `config` (None: the sm_90 file's)."""
+    """The kernels fused_experts launches at `shape`, recorded from the
+    launcher itself on meta tensors (constexprs, launch options and the
+    16-divisibility a real launch specialises on) as the active compile
+    target would launch them (the GPU's under the interpreter); `config`
+    None: that target's file."""
+    from ...testing.launches import kernel_specs, with_loop_items
+
     tokens, experts, top_k = shape["tokens"], shape["num_experts"], shape["top_k"]
     hidden, inter = shape["hidden_size"], shape["intermediate_size"]
-    if config is None:  # the sm_90 file's
-        config = get_config("fused_experts", target=GPU, tokens=_token_bucket(tokens), num_experts=experts,
-                            top_k=top_k, hidden_size=hidden, intermediate_size=inter)  # fmt: skip
-    plan = _Plan(experts, top_k, hidden, inter, dtype, shape.get("activation", "silu"), False, None, config,
-                 caps=capabilities(GPU))  # fmt: skip
-    t, m = TRITON_DTYPES[dtype], "kunlun_triton.ops.moe"
-    const = lambda meta: {k: v for k, v in meta.items() if k[:1].isupper()}  # noqa: E731
-    sig = lambda names, meta: {**names, **{k: "constexpr" for k in const(meta)}}  # noqa: E731
-    specs = []
-    if tokens * top_k <= align.SINGLE_PROGRAM_SLOTS:
-        meta = {**plan.align, "SLOT_TILE": align.SLOT_TILE}
-        specs.append(KernelSpec(f"{m}.align:moe_align_single_kernel", sig(
-            {"ids_ptr": "*i32", "sorted_ptr": "*i32", "block_info_ptr": "*i32", "n_slots": "i32",
-             "n_blocks_bound": "i32"}, meta), const(meta)))  # fmt: skip
-    else:
-        count = {"E": experts, "BLOCK_E": plan.align["BLOCK_E"], "SLOT_TILE": align.SLOT_TILE}
-        prefix = {**plan.align, "MAX_CHUNKS": align.MAX_CHUNKS, "ZERO_AFTER_LOAD": False}
-        scatter = {"E": experts, "SLOT_TILE": align.SLOT_TILE}
-        specs += [
-            KernelSpec(f"{m}.align:moe_align_count_kernel", sig({"ids_ptr": "*i32", "chunk_counts_ptr": "*i32",
-                       "n_slots": "i32", "chunk": "i32"}, count), count),
-            KernelSpec(f"{m}.align:moe_align_prefix_kernel", sig({"chunk_counts_ptr": "*i32", "starts_ptr": "*i32",
-                       "block_info_ptr": "*i32", "n_chunks": "i32", "n_blocks_bound": "i32"}, prefix), const(prefix)),
-            KernelSpec(f"{m}.align:moe_align_scatter_kernel", sig({"ids_ptr": "*i32", "chunk_offsets_ptr": "*i32",
-                       "starts_ptr": "*i32", "sorted_ptr": "*i32", "n_slots": "i32", "chunk": "i32"}, scatter),
-                       scatter),
-        ]  # fmt: skip
-    ptrs = {"block_info_ptr": "*i32", "sorted_ptr": "*i32", "topk_weights_ptr": "*fp32"}
-    specs.append(KernelSpec(f"{m}.fused_experts:moe_gate_up_kernel", sig(
-        {"x_ptr": f"*{t}", "w13_ptr": f"*{t}", "inter_ptr": f"*{t}", **ptrs, "x_stride": "i32", "w_stride_e": "i32",
-         "w_stride_n": "i32"}, plan.gate_up), const(plan.gate_up)))  # fmt: skip
-    specs.append(KernelSpec(f"{m}.fused_experts:moe_down_kernel", sig(
-        {"inter_ptr": f"*{t}", "w2_ptr": f"*{t}", "out_ptr": f"*{t}", **ptrs, "w_stride_e": "i32",
-         "w_stride_n": "i32", "out_stride": "i32"}, plan.down), const(plan.down)))  # fmt: skip
-    if top_k > 1:
-        specs.append(KernelSpec(f"{m}.fused_experts:moe_sum_kernel", sig(
-            {"cache_ptr": f"*{t}", "ids_ptr": "*i32", "out_ptr": f"*{t}", "n_tokens": "i32", "out_stride": "i32"},
-            plan.sum), const(plan.sum)))  # fmt: skip
-    return specs
+    meta = lambda *size, dtype=dtype: torch.empty(*size, dtype=dtype, device="meta")  # noqa: E731
+    x, w13, w2 = meta(tokens, hidden), meta(experts, 2 * inter, hidden), meta(experts, hidden, inter)
+    weights, ids = meta(tokens, top_k, dtype=torch.float32), meta(tokens, top_k, dtype=torch.int32)
+    call = lambda: fused_experts(x, w13, w2, weights, ids, activation=shape.get("activation", "silu"),  # noqa: E731
+                                 check=False, config=config)
+    target = _compile_target()
+    specs = kernel_specs(call, Target(target.name, target.arch, "meta", target.reason))
+    # one main-loop iteration: a BLOCK_K step of the GEMMs
+    return with_loop_items(specs, {"moe_gate_up_kernel": "BLOCK_K", "moe_down_kernel": "BLOCK_K"})
 
 
 SPECS = [
@@ -236,9 +217,12 @@ SPECS = [
            (({"tokens": 5, "num_experts": 12, "top_k": 3}, torch.float32),
             ({"tokens": 3, "num_experts": 16, "top_k": 4, "scoring": "sigmoid", "bias": True, "groups": 4,
               "topk_group": 2, "scaling": 2.5}, torch.bfloat16)),
-           moe_topk_shapes, tune_candidates=moe_topk_candidates, x_axis="tokens", kernels=moe_topk_kernels),
+           moe_topk_shapes, tune_candidates=moe_topk_candidates, x_axis="tokens", kernels=moe_topk_kernels,
+           config_keys={"ROWS_PER_PROGRAM": TILE}),
     OpSpec("fused_experts", "moe", fused_experts_case,
            (({"tokens": 6, "num_experts": 6, "top_k": 2, "hidden_size": 40, "intermediate_size": 24}, torch.float16),),
            fused_experts_shapes, tune_candidates=fused_experts_candidates, tune_shapes=fused_experts_tune_shapes,
-           tune_keep=fused_experts_keep, tolerance_scale=2, x_axis="tokens", kernels=fused_experts_kernels),
+           tune_keep=fused_experts_keep, tolerance_scale=2, x_axis="tokens", kernels=fused_experts_kernels,
+           config_keys={"formulation": FORMULATION, **dict.fromkeys(
+               ("BLOCK_M", "BLOCK_N", "BLOCK_K", "DOWN_BLOCK_N", "DOWN_BLOCK_K", "ALIGN_TILE"), TILE)}),
 ]  # fmt: skip

@@ -2,6 +2,9 @@
 
     y = x / sqrt(mean(x**2) + eps) * w
 
+(the mean taken of (x / max|x|)**2, so any finite fp32 row is normalised
+without overflow or underflow: see `_normalize`).
+
 Each program normalises a tile of ROWS_PER_PROGRAM rows at once, the whole
 row width in one block (BLOCK_COLS = next power of two >= N_COLS): one read
 of every input element and one write of every output element, which is all a
@@ -30,11 +33,35 @@ def _row_tile(pid, n_rows, ROWS_PER_PROGRAM: tl.constexpr, N_COLS: tl.constexpr,
     return rows.to(tl.int64), cols, mask
 
 
+# max|x| is floored at 2**-100 (the scale 1 / max|x| capped at 2**100) so that a zero
+# or subnormal row keeps a finite scale, with no division by zero, and sqrt(eps) *
+# scale stays finite for any eps below ~7e16.
+MIN_PEAK = tl.constexpr(2.0**-100)
+
+
 @triton.jit
 def _normalize(total, weight_ptr, cols, mask, eps, N_COLS: tl.constexpr):
-    """total * rsqrt(mean(total**2) + eps) * weight, in fp32; `total` is zero where masked."""
-    mean_square = tl.sum(total * total, axis=1) / N_COLS
-    inv_rms = 1.0 / tl.sqrt(mean_square + eps)
+    """total / sqrt(mean(total**2) + eps) * weight in fp32, right across fp32's range.
+
+    ``x * x`` overflows above |x| ~ 1.8e19 and vanishes below ~1e-23, so the
+    squares are taken of x * s with s = 1 / max(max|x|, MIN_PEAK):
+    t = rms(x * s) lies in [1 / sqrt(N), 1] for any row that is not zero, and
+    rms(x) = t / s. With e = sqrt(eps) * s, the hypot
+
+        1 / sqrt(rms(x)**2 + eps) = (s / max(t, e)) / sqrt(1 + (min(t, e) / max(t, e))**2)
+
+    never squares anything above 1. A zero row gives 0 (eps > 0) or NaN
+    (eps = 0, 0 / 0 as in the formula). Cost: one max-reduction, one
+    multiply per element and a few scalars per row.
+    """
+    scale = 1.0 / tl.maximum(tl.max(tl.abs(total), axis=1), MIN_PEAK)
+    scaled = total * scale[:, None]
+    t = tl.sqrt(tl.sum(scaled * scaled, axis=1) / N_COLS)
+    e = tl.sqrt(eps) * scale
+    big = tl.maximum(t, e)
+    inv_big = 1.0 / big
+    ratio = tl.minimum(t, e) * inv_big
+    inv_rms = scale * inv_big * tl.rsqrt(1.0 + ratio * ratio)
     weight = tl.load(weight_ptr + cols, mask=cols < N_COLS).to(tl.float32)  # masked lanes never stored
     return total * inv_rms[:, None] * weight
 

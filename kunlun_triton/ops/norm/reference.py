@@ -1,19 +1,36 @@
 """Pure-torch RMSNorm: the oracle for the kernels and the CPU fallback path.
 
-Written the plain way (fp32 maths, one cast at the end), following SGLang's
-``RMSNorm.forward_native``.
+Follows SGLang's ``RMSNorm.forward_native`` (fp32 maths, one cast at the
+end), with the mean of squares taken of x / max|x| as the kernels do, so rows
+of huge or tiny magnitude are normalised right instead of to 0 or inf.
 """
 
 from __future__ import annotations
 
+import math
+
 import torch
+
+MIN_PEAK = 2.0**-100  # as kernels.MIN_PEAK
+
+
+def inv_rms(x32: torch.Tensor, eps: float) -> torch.Tensor:
+    """1 / sqrt(mean(x32**2, last dim) + eps), keepdim, never squaring above 1
+    (the hypot of `kernels._normalize`)."""
+    if x32.shape[-1] == 0:
+        return torch.full((*x32.shape[:-1], 1), 1 / math.sqrt(eps) if eps else math.nan, device=x32.device)
+    scale = x32.abs().amax(dim=-1, keepdim=True).clamp(min=MIN_PEAK).reciprocal()
+    t = (x32 * scale).pow(2).mean(dim=-1, keepdim=True).sqrt()
+    e = math.sqrt(eps) * scale
+    big = torch.maximum(t, e)
+    ratio = torch.minimum(t, e) / big
+    return scale / big * torch.rsqrt(1 + ratio * ratio)
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     """x / sqrt(mean(x**2, last dim) + eps) * weight, computed in fp32, in x's dtype."""
     x32 = x.float()
-    inv_rms = torch.rsqrt(x32.pow(2).mean(dim=-1, keepdim=True) + eps)
-    return (x32 * inv_rms * weight.float()).to(x.dtype)
+    return (x32 * inv_rms(x32, eps) * weight.float()).to(x.dtype)
 
 
 def fused_add_rms_norm(
@@ -30,8 +47,7 @@ def fused_add_rms_norm(
     """
     total = x.float() + residual.float()
     residual.copy_(total.to(residual.dtype))
-    inv_rms = torch.rsqrt(total.pow(2).mean(dim=-1, keepdim=True) + eps)
-    y = (total * inv_rms * weight.float()).to(x.dtype)
+    y = (total * inv_rms(total, eps) * weight.float()).to(x.dtype)
     if out is None:
         return y
     out.copy_(y)

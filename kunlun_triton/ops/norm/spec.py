@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from ...runtime import FLOAT_DTYPES
-from ..spec import OpCase, OpSpec
+from ..spec import TILE, OpCase, OpSpec
 from . import reference
 from .ops import MAX_TILE_ELEMENTS, fused_add_rms_norm, rms_norm
 
@@ -91,10 +91,12 @@ def tune_shapes(preset, quick: bool) -> list[dict]:
     return [s for s in bench_shapes(preset, quick) if s["rows"] == (64 if quick else 16384)]
 
 
+CONFIG_KEYS = {"ROWS_PER_PROGRAM": TILE}  # rows of a program's tile (tl.arange)
 SPECS = [
     OpSpec("rms_norm", "norm", rms_norm_case, DOCTOR, bench_shapes, tune_candidates=tune_candidates,
-           tune_shapes=tune_shapes, tune_keep=tune_keep, x_axis="rows", kernels=_kernels(False)),
+           tune_shapes=tune_shapes, tune_keep=tune_keep, x_axis="rows", kernels=_kernels(False),
+           config_keys=CONFIG_KEYS),
     OpSpec("fused_add_rms_norm", "norm", fused_add_rms_norm_case, DOCTOR, bench_shapes,
            tune_candidates=tune_candidates, tune_shapes=tune_shapes, tune_keep=tune_keep, x_axis="rows",
-           kernels=_kernels(True)),
+           kernels=_kernels(True), config_keys=CONFIG_KEYS),
 ]  # fmt: skip

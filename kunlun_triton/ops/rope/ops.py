@@ -32,10 +32,25 @@ def _heads_layout(x: torch.Tensor, name: str, head_size: int, n_tokens: int) -> 
             raise ValueError(
                 f"{OP}: {name} is [tokens, heads, head_size] but its last dim {x.shape[2]} != head_size {head_size}"
             )
+        _require_own_memory(x, name, x.stride(1), x.shape[1], head_size)
         return x.shape[1], x.stride(0), x.stride(1)
     if x.shape[1] % head_size:
         raise ValueError(f"{OP}: {name} rows are {x.shape[1]} wide, not a multiple of head_size {head_size}")
+    _require_own_memory(x, name, head_size, x.shape[1] // head_size, head_size)
     return x.shape[1] // head_size, x.stride(0), head_size
+
+
+def _require_own_memory(x: torch.Tensor, name: str, head_stride: int, num_heads: int, head_size: int) -> None:
+    """`x` is rotated in place, so its (token, head) rows must not share
+    memory: an expanded (stride-0) view would be rotated once per alias and
+    come back as garbage."""
+    token_alias = x.shape[0] > 1 and x.stride(0) == 0
+    head_alias = num_heads > 1 and head_stride < head_size
+    if token_alias or head_alias:
+        raise ValueError(
+            f"{OP}: {name} is rotated in place but its {'tokens' if token_alias else 'heads'} share memory "
+            f"(shape {tuple(x.shape)}, strides {x.stride()}: an expanded view?); pass .contiguous() or .clone()"
+        )
 
 
 @dataclass(frozen=True)

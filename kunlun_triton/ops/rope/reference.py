@@ -25,7 +25,7 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, is_neox: bool
 
 
 def _apply(x: torch.Tensor | None, head_size: int, cos, sin, is_neox: bool) -> None:
-    if x is None:
+    if x is None or x.numel() == 0:  # 0 tokens: nothing to rotate (a view of 0 elements cannot infer heads)
         return
     heads = x.view(x.shape[0], -1, head_size)
     rotary_dim = 2 * cos.shape[-1]

@@ -11,7 +11,7 @@ import itertools
 import torch
 
 from ...runtime import FLOAT_DTYPES
-from ..spec import OpCase, OpSpec
+from ..spec import COUNT, TILE, OpCase, OpSpec
 from . import reference
 from .ops import rotary_embedding
 
@@ -84,5 +84,6 @@ def tune_candidates(quick: bool) -> list[dict]:
 
 SPECS = [
     OpSpec("rotary_embedding", "rope", rotary_embedding_case, DOCTOR, bench_shapes, tune_candidates=tune_candidates,
-           x_axis="tokens", kernels=rotary_embedding_kernels),
+           x_axis="tokens", kernels=rotary_embedding_kernels,
+           config_keys={"TOKENS_PER_PROGRAM": TILE, "HEADS_PER_PROGRAM": COUNT}),
 ]  # fmt: skip

@@ -57,12 +57,16 @@ def fused_experts_baseline(case):
 
 
 def fused_moe_kernel_spec(dtype: torch.dtype, *, block_m: int, block_n: int, block_k: int, top_k: int,
-                          mul_routed_weight: bool, even_k: bool = True, group_size_m: int = 1) -> KernelSpec:  # fmt: skip
+                          mul_routed_weight: bool, even_k: bool = True, group_size_m: int = 1,
+                          ints: dict | None = None, options: dict | None = None) -> KernelSpec:  # fmt: skip
     """SGLang's ``fused_moe_kernel`` as ``invoke_fused_moe_kernel`` launches it
     for unquantized weights (no TMA, no bias, no fused epilogues), at the given
     block sizes: W13 with ``block_n`` = 2 x our BLOCK_N covers what one of our
     gate/up programs does per K step; W2 with ``mul_routed_weight``. The unit
-    strides (A, B along K and C along N) are specialised to 1, as a launch does."""
+    strides (A, B along K and C along N) are specialised to 1, as a launch does;
+    pointers are 16-byte aligned and the integer arguments in `ints` (their
+    values at a shape) divisible by 16 are marked so, as Triton's launcher
+    specialises them; `options`: num_warps / num_stages."""
     t = _TRITON_DTYPES[dtype]
     none = ("a_desc", "b_desc", "bias_ptr", "a_scale_ptr", "b_scale_ptr", "add_mask_ptr")
     one = ("stride_ak", "stride_bk", "stride_cn")
@@ -84,7 +88,10 @@ def fused_moe_kernel_spec(dtype: torch.dtype, *, block_m: int, block_n: int, blo
         "stride_am": "i32", "stride_be": "i32", "stride_bn": "i32", "stride_cm": "i32",
     }  # fmt: skip
     signature.update({k: "constexpr" for k in constexprs})
-    return KernelSpec(FUSED_MOE_KERNEL, signature, constexprs)
+    aligned = [name for name, kind in signature.items() if kind.startswith("*")]
+    aligned += [name for name, value in (ints or {}).items() if value % 16 == 0]
+    attrs = {name: [["tt.divisibility", 16]] for name in aligned}
+    return KernelSpec(FUSED_MOE_KERNEL, signature, constexprs, dict(options or {}), attrs, loop_items=block_k)
 
 
 def fused_experts_kernel_baselines(shape: dict, dtype: torch.dtype, config: dict | None = None) -> dict:
@@ -94,12 +101,29 @@ def fused_experts_kernel_baselines(shape: dict, dtype: torch.dtype, config: dict
     from kunlun_triton.ops.moe.spec import fused_experts_kernels
 
     ours = {k.kernel.split(":")[1]: k for k in fused_experts_kernels(shape, dtype, config)}
-    up, down = ours["moe_gate_up_kernel"].constexprs, ours["moe_down_kernel"].constexprs
+    up_spec, down_spec = ours["moe_gate_up_kernel"], ours["moe_down_kernel"]
+    up, down = up_spec.constexprs, down_spec.constexprs
+    tokens, experts, top_k = shape["tokens"], shape["num_experts"], shape["top_k"]
+    hidden, inter = shape["hidden_size"], shape["intermediate_size"]
+    # SGLang's moe_align_block_size pads the sorted ids to T K + E (BLOCK_M - 1) rows (EM)
+    em = lambda block_m: tokens * top_k + experts * (block_m - 1)  # noqa: E731
+    up_ints = {"N": 2 * inter, "K": hidden, "EM": em(up["BLOCK_M"]), "num_valid_tokens": tokens * top_k,
+               "stride_am": hidden, "stride_be": 2 * inter * hidden, "stride_bn": hidden, "stride_cm": 2 * inter}
+    down_ints = {"N": hidden, "K": inter, "EM": em(down["BLOCK_M"]), "num_valid_tokens": tokens * top_k,
+                 "stride_am": inter, "stride_be": hidden * inter, "stride_bn": inter, "stride_cm": hidden}
     return {
         "moe_gate_up_kernel": fused_moe_kernel_spec(
-            dtype, block_m=up["BLOCK_M"], block_n=2 * up["BLOCK_N"], block_k=up["BLOCK_K"], top_k=shape["top_k"],
-            mul_routed_weight=False, even_k=shape["hidden_size"] % up["BLOCK_K"] == 0),
+            dtype, block_m=up["BLOCK_M"], block_n=2 * up["BLOCK_N"], block_k=up["BLOCK_K"], top_k=top_k,
+            mul_routed_weight=False, even_k=hidden % up["BLOCK_K"] == 0, ints=up_ints, options=up_spec.options),
         "moe_down_kernel": fused_moe_kernel_spec(
             dtype, block_m=down["BLOCK_M"], block_n=down["BLOCK_N"], block_k=down["BLOCK_K"], top_k=1,
-            mul_routed_weight=True, even_k=shape["intermediate_size"] % down["BLOCK_K"] == 0),
+            mul_routed_weight=True, even_k=inter % down["BLOCK_K"] == 0, ints=down_ints,
+            options=down_spec.options),
     }  # fmt: skip
+
+
+def fused_experts_inspect_specs(shape: dict, dtype: torch.dtype) -> list[KernelSpec]:
+    """`inspect --compare sglang`: SGLang's W13 and W2 ``fused_moe_kernel`` at
+    our kernels' tiles and launch options on the active target (its alignment
+    is a CUDA JIT kernel and its K-sum torch: nothing to compile)."""
+    return list(fused_experts_kernel_baselines(shape, dtype).values())

@@ -16,15 +16,16 @@ from kunlun_triton.ops.moe import align
 fused_module = importlib.import_module("kunlun_triton.ops.moe.fused_experts")
 
 
-def _align(ids, experts, block_m):
-    plan = fused_module._Plan(experts, 1, 16, 16, torch.float32, "silu", False, "sum", {"BLOCK_M": block_m})
+def _align(ids, experts, block_m, align_tile):
+    config = {"BLOCK_M": block_m, "ALIGN_TILE": align_tile}
+    plan = fused_module._Plan(experts, 1, 16, 16, torch.float32, "silu", False, "sum", config)
     sorted_slots, block_info, bound = fused_module.align_slots(ids.to(DEVICE), experts, plan.block_m, plan.align,
                                                                False)  # fmt: skip
     return sorted_slots.cpu(), block_info.view(bound, 3).cpu(), plan.block_m
 
 
-def _check(ids, experts, block_m):
-    sorted_slots, table, block_m = _align(ids, experts, block_m)
+def _check(ids, experts, block_m, align_tile=16):
+    sorted_slots, table, block_m = _align(ids, experts, block_m, align_tile)
     flat = ids.reshape(-1).long()
     valid = (flat >= 0) & (flat < experts)
     order = torch.sort(torch.where(valid, flat, experts), stable=True).indices[: int(valid.sum())]
@@ -49,9 +50,10 @@ def _check(ids, experts, block_m):
     experts=st.sampled_from([1, 3, 8, 60, 256]),
     block_m=st.sampled_from([1, 4, 16, 64]),
     skew=st.sampled_from(["uniform", "one", "outside"]),
+    align_tile=st.sampled_from([16, 64]),  # compiled targets: 16; the interpreter: 64
     seed=st.integers(0, 2**31 - 1),
 )
-def test_alignment_matches_a_stable_sort(tokens, top_k, experts, block_m, skew, seed):
+def test_alignment_matches_a_stable_sort(tokens, top_k, experts, block_m, skew, align_tile, seed):
     gen = torch.Generator().manual_seed(seed)
     ids = torch.randint(0, experts, (tokens, top_k), generator=gen)
     if skew == "one":
@@ -59,13 +61,14 @@ def test_alignment_matches_a_stable_sort(tokens, top_k, experts, block_m, skew, 
     elif skew == "outside":  # expert parallelism's -1 and stray ids take no slot
         ids[torch.rand(ids.shape, generator=gen) < 0.3] = -1
         ids[0, 0] = experts
-    _check(ids.to(torch.int32), experts, block_m)
+    _check(ids.to(torch.int32), experts, block_m, align_tile)
 
 
-@pytest.mark.parametrize("tokens,top_k,experts", [(40, 8, 128), (2100, 8, 64)])
-def test_many_chunks(tokens, top_k, experts):
+# 16800 slots in 16-wide tiles: ~110 s under the interpreter, so 64 there
+@pytest.mark.parametrize("tokens,top_k,experts,align_tile", [(40, 8, 128, 16), (2100, 8, 64, 64)])
+def test_many_chunks(tokens, top_k, experts, align_tile):
     """320 slots (two chunks) and 16800 (past MAX_CHUNKS x MIN_CHUNK: the chunk grows)."""
     assert tokens * top_k > align.SINGLE_PROGRAM_SLOTS
     gen = torch.Generator().manual_seed(tokens)
     ids = torch.randint(0, experts // 2, (tokens, top_k), generator=gen) * 2  # odd experts get nothing
-    _check(ids.to(torch.int64), experts, 16)
+    _check(ids.to(torch.int64), experts, 16, align_tile)

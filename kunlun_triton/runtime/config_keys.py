@@ -1,0 +1,95 @@
+"""What each key of an op's autotune config must hold, checked when a file is read.
+
+Every op declares its keys next to the op (``OpSpec.config_keys`` in its
+family's ``spec.py``, launch options shared in `ops.spec.LAUNCH_KEYS`); the
+``kunlun_triton.ops`` package hands them to this module through
+`set_key_provider`, so the runtime never imports an op. A file is checked
+once per (path, mtime) by `runtime.config` (its loads are cached), never per
+call:
+
+- a value the kernel cannot take (a tile that is not a power of two, a count
+  below 1, a word outside the choices, a bool where an int goes) raises
+  `ConfigError` naming the file, the op and the key;
+- a key an op does not declare, or an op no spec knows, is logged once as a
+  warning (a file written for another version of the package still loads,
+  and a typo is not silently ignored).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from .log import logger
+
+
+@dataclass(frozen=True)
+class ConfigKey:
+    """One key's rule: `accepts(value)`, and the words an error shows."""
+
+    expected: str
+    accepts: Callable[[object], bool]
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _power_of_two(value) -> bool:
+    return _is_int(value) and value >= 1 and value & (value - 1) == 0
+
+
+def _int_at_least(low: int) -> Callable[[object], bool]:
+    return lambda value: _is_int(value) and value >= low
+
+
+# A tl.arange / block extent: Triton needs a power of two.
+TILE = ConfigKey("a power of two >= 1 (an integer)", _power_of_two)
+# A count or limit (programs, splits, tokens): any integer >= 1.
+COUNT = ConfigKey("an integer >= 1", _int_at_least(1))
+NON_NEGATIVE = ConfigKey("an integer >= 0", _int_at_least(0))
+FLAG = ConfigKey("true, false, 0 or 1", lambda value: value in (0, 1) and type(value) in (bool, int))
+
+
+def choice(*values) -> ConfigKey:
+    """One of `values` (compared with their type: 16, not 16.0 or True)."""
+    words = ", ".join(map(repr, values))
+    return ConfigKey(f"one of {words}", lambda value: any(type(value) is type(v) and value == v for v in values))
+
+
+# (op -> {key: ConfigKey}); None: ops unknown (the ops package not imported yet).
+_provider: Callable[[], dict] | None = None
+_warned: set = set()
+
+
+def set_key_provider(provider: Callable[[], dict]) -> None:
+    """`provider()` returns ``{op: {key: ConfigKey} or None}`` (None: the op
+    declares no keys, nothing is checked for it)."""
+    global _provider
+    _provider = provider
+
+
+def warn_once(message: str) -> None:
+    if message not in _warned:
+        _warned.add(message)
+        logger.warning(message)
+
+
+def check_op_config(path, op: str, where: str, config: dict, from_error) -> None:
+    """Check `config` (one ``config`` or ``by_shape[i].config`` of `op` in
+    `path`); `from_error(key, expected, got)` builds the ConfigError."""
+    if _provider is None:
+        return
+    known = _provider()
+    if op not in known:
+        warn_once(f"{path}: ops.{op}: no op of that name; its entry is never looked up (known: {', '.join(sorted(known))})")
+        return
+    keys = known[op]
+    if keys is None:
+        return
+    for key, value in config.items():
+        rule = keys.get(key)
+        if rule is None:
+            warn_once(f"{path}: {where}.{key}: {op} takes no such key; ignored (it takes {', '.join(sorted(keys))})")
+        elif not rule.accepts(value):
+            raise from_error(f"{where}.{key}", rule.expected, value)
