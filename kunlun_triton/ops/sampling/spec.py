@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import torch
 
+from ...runtime.config_keys import TILE
 from ..spec import OpCase, OpSpec
 from . import reference
 from . import ops
@@ -185,7 +186,8 @@ def _renorm_kernels(op_name):
 
 
 _DOCTOR_RENORM = (({"batch": 9, "vocab": 1000}, torch.float32),)
-_TUNE = dict(tune_candidates=tune_candidates, tune_shapes=tune_shapes, bench_dtype=torch.float32, x_axis="batch")
+_TUNE = dict(tune_candidates=tune_candidates, tune_shapes=tune_shapes, bench_dtype=torch.float32, x_axis="batch",
+             config_keys={"BLOCK_R": TILE, "BLOCK_V": TILE})  # rows per program (renorm), tokens per block
 SPECS = [
     OpSpec("sample", "sampling", sample_case, (({"batch": 33, "vocab": 1000}, torch.float32),), sample_shapes,
            compare=compare_draws, kernels=sample_kernels, **_TUNE),
