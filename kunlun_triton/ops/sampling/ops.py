@@ -347,23 +347,27 @@ def _renorm(op: str, probs, top_ks, top_ps, min_ps, check_values: bool, config: 
     _check_matrix(op, "probs", probs)
     batch, vocab = probs.shape
     device = probs.device
-    checks = []
+    check = check_values and batch
+    checks = []  # (name, bad rows, rule): built only when checked (each is a device op)
     if top_ks is not None:
         top_ks = _per_row(op, "top_ks", top_ks, batch, device, "int")
-        checks.append(("top_ks", (top_ks < 1) & (top_ks != -1), ">= 1 (or -1 for no top-k)"))
+        if check:
+            checks.append(("top_ks", (top_ks < 1) & (top_ks != -1), ">= 1 (or -1 for no top-k)"))
     else:
         top_ks = _constant_rows(-1, batch, torch.int64, device)
     if top_ps is not None:
         top_ps = _per_row(op, "top_ps", top_ps, batch, device, "float")
-        checks.append(("top_ps", ~((top_ps > 0) & (top_ps <= 1)), "in (0, 1]"))
+        if check:
+            checks.append(("top_ps", ~((top_ps > 0) & (top_ps <= 1)), "in (0, 1]"))
     else:
         top_ps = _constant_rows(1.0, batch, torch.float32, device)
     if min_ps is not None:
         min_ps = _per_row(op, "min_ps", min_ps, batch, device, "float")
-        checks.append(("min_ps", ~((min_ps >= 0) & (min_ps <= 1)), "in [0, 1]"))
+        if check:
+            checks.append(("min_ps", ~((min_ps >= 0) & (min_ps <= 1)), "in [0, 1]"))
     else:
         min_ps = _constant_rows(0.0, batch, torch.float32, device)
-    if check_values and batch:
+    if check:
         _raise_if_any(op, checks)
     if not use_triton(op, probs):
         top_ks = torch.where((top_ks < 1) | (top_ks > vocab), vocab, top_ks)
