@@ -32,7 +32,7 @@ from typing import Callable
 
 import torch
 
-FAMILIES = ("norm", "activation", "rope", "attention", "sampling", "moe")
+FAMILIES = ("norm", "activation", "logits", "rope", "attention", "sampling", "moe")
 
 
 @dataclass
