@@ -43,7 +43,9 @@ def _speculative(args, config):
 
 def _quantized_kv(args, config):
     dtype = getattr(args, "kv_cache_dtype", "auto") or "auto"
-    return f"a quantized KV cache (--kv-cache-dtype {dtype})" if dtype not in ("auto", "bfloat16", "float16", "float32") else None  # fmt: skip
+    if dtype in ("auto", "bfloat16", "float16", "float32"):
+        return None
+    return f"a quantized KV cache (--kv-cache-dtype {dtype})"
 
 
 def _sparse_mla(args, config):
