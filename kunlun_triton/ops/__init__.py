@@ -1,5 +1,5 @@
-"""Public ops, one folder per op family (`norm`, `activation`, `rope`,
-`attention`, `sampling`, `moe`), each holding its ``@triton.jit`` kernels, its
+"""Public ops, one folder per op family (`norm`, `activation`, `logits`,
+`rope`, `attention`, `sampling`, `moe`), each holding its ``@triton.jit`` kernels, its
 launchers (validate, pick a config, launch; or run the torch reference where
 no Triton target runs), its pure-torch reference and its specs (`spec.OpSpec`:
 what doctor, bench and tune need). One name per op everywhere: function,
@@ -19,6 +19,7 @@ FAMILY_OF = {
     "fused_add_rms_norm": "norm",
     "silu_and_mul": "activation",
     "gelu_and_mul": "activation",
+    "logit_softcap": "logits",
     "rotary_embedding": "rope",
     "store_kv": "attention",
     "decode_attention": "attention",

@@ -30,6 +30,15 @@ on its own length only) and extend runs `extend_attention`'s unified mode
 request's result does not depend on its batch, its cached prefix or its
 chunking.
 
+MLA models (DeepSeek-V2/V3, SGLang's ``MLATokenToKVPool``: one latent "head"
+of kv_lora_rank + rope values per token) take the two paths SGLang's model
+picks for the Triton backend: a prefill with no cached prefix arrives as
+plain multi-head attention (``attn_mha``: the model has stored the latent
+itself and up-projected K/V; nothing is read from the pool), and decode and
+every extend over a cached prefix arrive absorbed (``attn_mqa``: one KV head
+of kv_lora_rank + rope, V the cache's first kv_lora_rank values, a strided
+view). The latent is stored with ``store_kv`` (latent and rope parts).
+
 Not supported (a clear error, not a wrong answer): speculative decoding
 (target verify / draft extend), encoder and cross attention, quantized or
 non-NHD KV caches.
@@ -47,7 +56,7 @@ from sglang.srt.layers.radix_attention import AttentionType
 from sglang.srt.mem_cache.memory_pool import KVWriteLoc
 
 from . import dev_mode
-from .kv_pool import plain_pool, store_kv_into_pool
+from .kv_pool import plain_mla_pool, plain_pool, store_kv_into_pool, store_latent_into_pool
 
 
 @dataclass
@@ -123,9 +132,13 @@ class KunlunTritonAttnBackend(AttentionBackend):
         self.split_tile_size = deterministic_split_tile_size() if self.deterministic else None
         self.max_context_len = self.req_to_token_pool.req_to_token.shape[1]
         self.graph: Optional[GraphState] = None
-        if getattr(model_runner, "use_mla_backend", False):
-            raise NotImplementedError("kunlun_triton attention: MLA models are not supported yet")
-        if not plain_pool(self.token_to_kv_pool):
+        self.use_mla = bool(getattr(model_runner, "use_mla_backend", False))
+        if self.use_mla and not plain_mla_pool(self.token_to_kv_pool):
+            raise NotImplementedError(
+                "kunlun_triton attention serves MLA models with an unquantized latent KV cache "
+                f"(got {type(self.token_to_kv_pool).__name__}); use --kv-cache-dtype auto"
+            )
+        if not self.use_mla and not plain_pool(self.token_to_kv_pool):
             raise NotImplementedError(
                 "kunlun_triton attention needs an unquantized NHD MHA KV cache "
                 f"(got {type(self.token_to_kv_pool).__name__}); use --kv-cache-dtype auto"
@@ -250,6 +263,12 @@ class KunlunTritonAttnBackend(AttentionBackend):
     def _store(self, layer, forward_batch, k, v, check):
         pool = self.token_to_kv_pool
         loc = forward_batch.out_cache_loc
+        if self.use_mla:  # the latent row (K); V is a view of it
+            if k.dtype == pool.dtype and k.shape[-1] == pool.kv_cache_dim:
+                store_latent_into_pool(pool, layer.layer_id, loc, k, check=check)
+            else:
+                pool.set_kv_buffer(layer, KVWriteLoc.for_batch(forward_batch), k, v)
+            return
         if plain_pool(pool) and k.dtype == pool.dtype and v.dtype == pool.dtype:
             store_kv_into_pool(pool, layer.layer_id, loc, k, v, check=check)
         else:
@@ -270,13 +289,22 @@ class KunlunTritonAttnBackend(AttentionBackend):
         elif save_kv_cache:
             self._store(layer, forward_batch, k, v, self.check)
         meta = self.forward_metadata
+        k = k.view(-1, kv_heads, layer.qk_head_dim)
+        v = v.view(-1, kv_heads, layer.v_head_dim)
+        k_buffer, v_buffer = pool.get_key_buffer(layer.layer_id), pool.get_value_buffer(layer.layer_id)
+        if self.use_mla and layer.qk_head_dim != k_buffer.shape[-1]:
+            # MLA prefill as multi-head attention: SGLang picks it only without a
+            # cached prefix, so the extend reads no cache (the new K/V stand in).
+            if meta.kv_indices.numel():
+                raise NotImplementedError("kunlun_triton attention: MLA multi-head extend over a cached prefix")
+            k_buffer, v_buffer = k, v
         ops.extend_attention(
             q.view(-1, heads, layer.qk_head_dim),
-            k.view(-1, kv_heads, layer.qk_head_dim),
-            v.view(-1, kv_heads, layer.v_head_dim),
+            k,
+            v,
             o.view(-1, heads, layer.v_head_dim),
-            pool.get_key_buffer(layer.layer_id),
-            pool.get_value_buffer(layer.layer_id),
+            k_buffer,
+            v_buffer,
             meta.qo_indptr,
             meta.kv_indptr,
             meta.kv_indices,

@@ -75,6 +75,9 @@ def apply_defaults(platform, server_args) -> None:
         server_args.attention_backend = ATTENTION_BACKEND
     if _user_left_unset(server_args, "sampling_backend", ("pytorch",)):
         server_args.sampling_backend = SAMPLING_BACKEND
+    from .support import check_support
+
+    check_support(server_args, ours=server_args.attention_backend == ATTENTION_BACKEND)
 
     if not platform.capabilities.graph_capture:
         from sglang.srt.model_executor.cuda_graph_config import Backend, Phase, with_phase

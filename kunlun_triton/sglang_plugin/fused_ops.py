@@ -15,8 +15,16 @@ class's ``forward_native`` computes:
 - ``SiluAndMul``, ``GeluAndMul`` (approximate "none" or "tanh").
 - ``RotaryEmbedding`` and every subclass that keeps the base
   ``forward_native`` (those differ only in how ``cos_sin_cache`` is built:
-  linear / dynamic NTK / YaRN / Llama-3 scaling, ...). Subclasses with their
-  own forward (MRoPE, DeepSeek YaRN, dual chunk, ...) stay on their own path.
+  linear / dynamic NTK / YaRN / Llama-3 scaling, ...), and DeepSeek's YaRN
+  (``DeepseekScalingRotaryEmbedding``: its own ``forward_native`` computes
+  the base formula over a cache with YaRN's mscale folded in, on the rope
+  slices of q and of the latent, strided views rotated in place). Other
+  subclasses with their own forward (MRoPE, dual chunk, ...) stay on their
+  own path.
+
+Final-logit soft-capping is no fused op in SGLang: the logits processor calls
+its own Triton ``softcap_inplace_logits`` (imported as ``fused_softcap``);
+`softcap_logits` is the AROUND hook the install table puts on that name.
 """
 
 from __future__ import annotations
@@ -120,6 +128,43 @@ def _rotary_forward(self, positions, query, key, offsets=None, fused_set_kv_buff
     return query, key
 
 
+def softcap_logits(original, full_logits, final_logit_softcapping):
+    """AROUND hook on the logits processor's ``fused_softcap`` (SGLang's
+    ``softcap_inplace_logits``): in place, our ``logit_softcap``."""
+    from kunlun_triton import ops
+
+    from . import dev_mode
+
+    if full_logits.dim() == 0 or full_logits.stride(-1) != 1 or not full_logits.is_floating_point():
+        return original(full_logits, final_logit_softcapping)
+    return ops.logit_softcap(full_logits, final_logit_softcapping, check=dev_mode())
+
+
+def _deepseek_rotary_forward(self, positions, query, key, offsets=None):
+    """DeepseekScalingRotaryEmbedding: q_pe [tokens, heads, rope] and k_pe
+    [tokens, 1, rope], views into q and the latent, rotated in place."""
+    from kunlun_triton import ops
+
+    from . import dev_mode
+
+    if (
+        key is None
+        or positions.dim() != 1
+        or self.rotary_dim != self.head_size
+        or self.cos_sin_cache.shape[-1] != self.rotary_dim
+        or query.shape[-1] != self.head_size
+        or key.shape[-1] != self.head_size
+    ):
+        return self.forward_native(positions, query, key, offsets)
+    if offsets is not None:
+        positions = positions + offsets
+    cache = rotary_cache_for(self, query.dtype, query.device)
+    check = dev_mode()
+    ops.rotary_embedding(positions, query, key, self.head_size, cache, bool(self.is_neox_style),
+                         check_positions=check, check=check)  # fmt: skip
+    return query, key
+
+
 def _rotary_classes():
     """RotaryEmbedding and the subclasses whose forward is the base one."""
     import sglang.srt.layers.rotary_embedding as rope_pkg  # noqa: F401 (defines the subclasses)
@@ -144,10 +189,12 @@ def register_fused_ops(dispatch_key: str) -> dict[type, str]:
     from sglang.kernels.fused_op import BaseFusedOp
     from sglang.srt.layers.activation import GeluAndMul, SiluAndMul
     from sglang.srt.layers.layernorm import RMSNorm
+    from sglang.srt.layers.rotary_embedding.rope_variant import DeepseekScalingRotaryEmbedding
 
     table = [(RMSNorm, _rms_norm_forward, "rms_norm"), (SiluAndMul, _silu_and_mul_forward, "silu_and_mul"),
              (GeluAndMul, _gelu_and_mul_forward, "gelu_and_mul")]  # fmt: skip
     table += [(cls, _rotary_forward, "rotary_embedding") for cls in _rotary_classes()]
+    table.append((DeepseekScalingRotaryEmbedding, _deepseek_rotary_forward, "rotary_embedding"))
     for cls, fn, _ in table:
         BaseFusedOp.register_oot_forward(cls, fn, dispatch_key)
     logger.debug("kunlun-triton fused ops registered under %r: %s", dispatch_key,

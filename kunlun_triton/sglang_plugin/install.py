@@ -125,6 +125,12 @@ def _hook_report_rpc() -> None:
     _hook(RPC_HOOK, answer_report_rpc, "AROUND")
 
 
+def _hook_logit_softcap() -> None:
+    from .fused_ops import softcap_logits
+
+    _hook(SOFTCAP_HOOK, softcap_logits, "AROUND")
+
+
 def _hook_collectives() -> None:
     from .collectives import COORDINATOR, HOOKS
 
@@ -137,6 +143,7 @@ INTERNAL_STATE_HOOK = "sglang.srt.managers.scheduler.Scheduler.get_internal_stat
 RPC_HOOK = "sglang.srt.managers.scheduler.Scheduler.handle_rpc_request"
 BATCH_INVARIANT_HOOK = "sglang.srt.batch_invariant_ops.enable_batch_invariant_mode"
 SAMPLING_HASH_HOOK = "sglang.kernels.ops.sampling.murmur_hash.murmur_hash32"
+SOFTCAP_HOOK = "sglang.srt.layers.logits_processor.fused_softcap"
 ATTENTION_OPS = "decode_attention, extend_attention, store_kv"
 FUSED_OPS = "rms_norm, fused_add_rms_norm, silu_and_mul, gelu_and_mul, rotary_embedding"
 
@@ -168,6 +175,9 @@ TOUCHPOINTS = (
                "plugin", _register_moe_forwards),
     Touchpoint("MoE support check", "platform hook", "SRTPlatform.apply_server_args_defaults / post_load_model",
                "a clear error at start for expert parallelism, non-triton MoE runners and quantized MoE", "sglang"),
+    Touchpoint("final-logit soft-capping", "hook", f"{SOFTCAP_HOOK} (AROUND)",
+               "the logits processor's final_logit_softcapping (Gemma-2) -> logit_softcap", "platform",
+               _hook_logit_softcap),
     Touchpoint("request seeds", "hook", f"{SEED_HOOK} (AFTER)",
                "a per-request sampling seed for the kunlun_triton sampler", "plugin", _hook_request_seeds),
     Touchpoint("dispatch report (server)", "hook", f"{INTERNAL_STATE_HOOK} (AFTER)",

@@ -3,6 +3,11 @@
 - ``KunlunMHATokenToKVPool``: SGLang's ``MHATokenToKVPool`` (same buffers,
   ``[size + page_size, kv_heads, head_dim]`` per layer, slot 0 padding) whose
   KV writes go through our ``store_kv`` kernel.
+- ``KunlunMLATokenToKVPool``: SGLang's ``MLATokenToKVPool`` (one latent
+  "head" per token: ``kv_lora_rank`` latent values then ``qk_rope_head_dim``
+  rope values, ``[size + page_size, 1, kv_lora_rank + rope]``; V is a view of
+  the latent part) whose latent writes go through ``store_kv``, the latent
+  and rope parts as its two halves.
 - ``paged_allocator_cls()``: ``kunlun_triton.memory.PagedKVAllocator`` (block
   pool with reference counts) with SGLang's allocator base class, used when
   ``page_size > 1``. ``KUNLUN_TRITON_ALLOCATOR=sglang`` keeps SGLang's own.
@@ -13,7 +18,7 @@ from __future__ import annotations
 import functools
 
 import torch
-from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool
+from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, MLATokenToKVPool
 
 
 def plain_pool(pool) -> bool:
@@ -24,6 +29,28 @@ def plain_pool(pool) -> bool:
         and getattr(pool, "store_dtype", pool.dtype) == pool.dtype
         and getattr(pool, "kv_cache_layout", "nhd") == "nhd"
     )
+
+
+def plain_mla_pool(pool) -> bool:
+    """True when `pool` is an unquantized MLA latent pool (no DSA / FP8 layout)."""
+    return (
+        isinstance(pool, MLATokenToKVPool)
+        and getattr(pool, "store_dtype", pool.dtype) == pool.dtype
+        and not getattr(pool, "use_dsa", False)
+        and pool.kv_cache_dim == pool.kv_lora_rank + pool.qk_rope_head_dim
+    )
+
+
+def store_latent_into_pool(pool, layer_id: int, loc: torch.Tensor, latent: torch.Tensor, check: bool) -> None:
+    """Write latent [tokens, 1, kv_lora_rank + rope] to slots `loc` of one layer:
+    ``store_kv`` with the latent part as its K and the rope part as its V
+    (two views of the same cache row), so each value is written once."""
+    from kunlun_triton import ops
+
+    buffer = pool.get_key_buffer(layer_id)
+    rank = pool.kv_lora_rank
+    latent = latent.view(-1, 1, buffer.shape[-1])
+    ops.store_kv(latent[..., :rank], latent[..., rank:], buffer[..., :rank], buffer[..., rank:], loc, check=check)
 
 
 def store_kv_into_pool(pool, layer_id: int, loc: torch.Tensor, k: torch.Tensor, v: torch.Tensor, check: bool) -> None:
@@ -71,6 +98,21 @@ class KunlunMHATokenToKVPool(MHATokenToKVPool):
         loc, _, _ = unwrap_write_loc(loc_info)
         layer_id = layer_id_override if layer_id_override is not None else layer.layer_id
         store_kv_into_pool(self, layer_id, loc, cache_k, cache_v, check=dev_mode())
+
+
+class KunlunMLATokenToKVPool(MLATokenToKVPool):
+    """SGLang's MLA latent pool; plain latent writes run our ``store_kv`` kernel."""
+
+    def set_kv_buffer(self, layer, loc_info, cache_k, cache_v, layer_id_override=None):
+        from sglang.srt.mem_cache.memory_pool import unwrap_write_loc
+
+        from . import dev_mode
+
+        if not plain_mla_pool(self) or cache_k.dtype != self.dtype or cache_k.shape[-1] != self.kv_cache_dim:
+            return super().set_kv_buffer(layer, loc_info, cache_k, cache_v, layer_id_override)
+        loc, _, _ = unwrap_write_loc(loc_info)
+        layer_id = layer_id_override if layer_id_override is not None else layer.layer_id
+        store_latent_into_pool(self, layer_id, loc, cache_k, check=dev_mode())
 
 
 @functools.lru_cache(maxsize=1)

@@ -131,11 +131,9 @@ class _KunlunSRTPlatformBase(SRTPlatform):
         return DISPATCH_KEY
 
     def get_kv_pool_cls(self, *, kind):
-        if kind != "mha":
-            return None
-        from .kv_pool import KunlunMHATokenToKVPool
+        from .kv_pool import KunlunMHATokenToKVPool, KunlunMLATokenToKVPool
 
-        return KunlunMHATokenToKVPool
+        return {"mha": KunlunMHATokenToKVPool, "mla": KunlunMLATokenToKVPool}.get(kind)
 
     def get_paged_allocator_cls(self):
         from .kv_pool import paged_allocator_cls

@@ -1,4 +1,4 @@
-"""Tiny random Llama / Qwen2 / Qwen3 / Qwen3-MoE / Mixtral checkpoints built locally, for tests and the main job.
+"""Tiny random checkpoints (Llama, Qwen2/3, Qwen3-MoE, Mixtral, Mistral, Phi-3, Gemma-2, DeepSeek-V2) built locally.
 
 No hub access: the config is written by hand, the weights are random (seeded),
 and the tokenizer is a byte-level BPE trained with `tokenizers` on a small
@@ -15,7 +15,9 @@ import json
 import os
 from pathlib import Path
 
-ARCHS = ("llama", "qwen2", "qwen3", "qwen3_moe", "mixtral")
+ARCHS = ("llama", "qwen2", "qwen3", "qwen3_moe", "mixtral", "mistral", "phi3", "gemma2", "deepseek_v2")
+# Sliding windows shorter than the test prompts, so the window changes the answer.
+WINDOW = 8
 # The MoE models: 8 experts, 2 per token, expert width 48 (24 per rank at TP 2: not a power of two).
 MOE_EXPERTS, MOE_TOP_K, MOE_INTERMEDIATE = 8, 2, 48
 
@@ -75,7 +77,7 @@ def train_tokenizer(out_dir: Path, vocab_size: int = 512):
 
 
 def _config(arch: str, vocab_size: int, tokenizer):
-    from transformers import LlamaConfig, MixtralConfig, Qwen2Config, Qwen3Config, Qwen3MoeConfig
+    import transformers
 
     common = dict(
         vocab_size=vocab_size,
@@ -94,17 +96,43 @@ def _config(arch: str, vocab_size: int, tokenizer):
         dtype="float32",
     )
     if arch == "llama":
-        return LlamaConfig(tie_word_embeddings=False, attention_bias=False, **common)
-    if arch == "qwen3":  # dense, q/k norms
-        return Qwen3Config(tie_word_embeddings=True, head_dim=16, **common)
+        return transformers.LlamaConfig(tie_word_embeddings=False, attention_bias=False, **common)
+    if arch == "qwen3":  # q/k norms, head_dim apart from hidden / heads
+        return transformers.Qwen3Config(tie_word_embeddings=False, head_dim=16, **common)
     if arch == "qwen3_moe":  # softmax routing, renormalised top-k (norm_topk_prob), q/k norms
-        return Qwen3MoeConfig(tie_word_embeddings=False, num_experts=MOE_EXPERTS, num_experts_per_tok=MOE_TOP_K,
-                              moe_intermediate_size=MOE_INTERMEDIATE, norm_topk_prob=True, decoder_sparse_step=1,
-                              mlp_only_layers=[], head_dim=16, **common)  # fmt: skip
+        return transformers.Qwen3MoeConfig(tie_word_embeddings=False, num_experts=MOE_EXPERTS,
+                                           num_experts_per_tok=MOE_TOP_K, moe_intermediate_size=MOE_INTERMEDIATE,
+                                           norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[],
+                                           head_dim=16, **common)  # fmt: skip
     if arch == "mixtral":
-        return MixtralConfig(tie_word_embeddings=False, num_local_experts=MOE_EXPERTS, num_experts_per_tok=MOE_TOP_K,
-                             **{**common, "intermediate_size": MOE_INTERMEDIATE})  # fmt: skip
-    return Qwen2Config(tie_word_embeddings=True, use_sliding_window=False, **common)
+        return transformers.MixtralConfig(tie_word_embeddings=False, num_local_experts=MOE_EXPERTS,
+                                          num_experts_per_tok=MOE_TOP_K,
+                                          **{**common, "intermediate_size": MOE_INTERMEDIATE})  # fmt: skip
+    if arch == "mistral":  # every layer on a sliding window
+        return transformers.MistralConfig(tie_word_embeddings=False, sliding_window=WINDOW, head_dim=16, **common)
+    if arch == "phi3":  # fused qkv and gate_up projections
+        return transformers.Phi3Config(tie_word_embeddings=False, sliding_window=None,
+                                       **{**common, "num_key_value_heads": 4})  # fmt: skip
+    if arch == "gemma2":  # (1 + w) norms, tanh GELU, attention and final-logit soft-capping, local/global layers
+        return transformers.Gemma2Config(head_dim=16, query_pre_attn_scalar=16, sliding_window=WINDOW,
+                                         layer_types=["sliding_attention", "full_attention"],
+                                         attn_logit_softcapping=2.0, final_logit_softcapping=3.0,
+                                         hidden_activation="gelu_pytorch_tanh", hidden_act="gelu_pytorch_tanh",
+                                         **common)  # fmt: skip  (HF reads hidden_activation, SGLang hidden_act)
+    if arch == "deepseek_v2":
+        # MLA (latent 64 + rope 16), first layer dense, then MoE with a shared expert and
+        # group-limited routing (2 groups of 4, top 1 group), yarn rope scaling.
+        yarn = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 256,
+                "beta_fast": 32, "beta_slow": 1, "mscale": 0.707, "mscale_all_dim": 0.707}
+        return transformers.DeepseekV2Config(
+            **{**common, "num_key_value_heads": 4}, q_lora_rank=None, kv_lora_rank=64, qk_rope_head_dim=16,
+            qk_nope_head_dim=16, v_head_dim=16, head_dim=16, first_k_dense_replace=1, n_routed_experts=MOE_EXPERTS,
+            num_experts_per_tok=MOE_TOP_K, n_shared_experts=1, moe_intermediate_size=MOE_INTERMEDIATE,
+            topk_method="group_limited_greedy", n_group=2, topk_group=1, routed_scaling_factor=1.0,
+            norm_topk_prob=False, tie_word_embeddings=False, rope_parameters=yarn,
+            moe_layer_freq=1, scoring_func="softmax",  # DeepSeek's own config fields, read by SGLang
+        )  # fmt: skip
+    return transformers.Qwen2Config(tie_word_embeddings=True, use_sliding_window=False, **common)
 
 
 def build_tiny_model(out_dir, arch: str = "llama", seed: int = 0, overwrite: bool = False) -> Path:

@@ -38,6 +38,49 @@ def _build(model_root, arch):
 
 
 @pytest.fixture(scope="session")
+def tiny_model(model_root):
+    """tiny_model(arch) -> the path of that tiny checkpoint (built once)."""
+    return lambda arch: _build(model_root, arch)
+
+
+class EngineCache:
+    """One ``sglang.Engine`` alive at a time, shared by the modules that ask for
+    the same model and options (an engine start is a minute or more on 2
+    cores): asking for another one shuts the previous one down first."""
+
+    def __init__(self):
+        self.key, self.engine = None, None
+
+    def get(self, path, **kwargs):
+        from kt_sglang_support import start_engine
+
+        key = (str(path), tuple(sorted(kwargs.items())))
+        if key != self.key:
+            self.close()
+            tp_size = kwargs.get("tp_size", 1)
+            if tp_size > 1:
+                # The ranks share the 2 CPU cores of a small machine; bind each to core 0.
+                os.environ["SGLANG_CPU_OMP_THREADS_BIND"] = "|".join(["0"] * tp_size)
+            else:
+                os.environ.pop("SGLANG_CPU_OMP_THREADS_BIND", None)
+            self.engine = start_engine(path, **kwargs)
+            self.key = key
+        return self.engine
+
+    def close(self):
+        if self.engine is not None:
+            engine, self.engine, self.key = self.engine, None, None
+            engine.shutdown()
+
+
+@pytest.fixture(scope="session")
+def engines():
+    cache = EngineCache()
+    yield cache
+    cache.close()
+
+
+@pytest.fixture(scope="session")
 def tiny_llama(model_root):
     return _build(model_root, "llama")
 
@@ -65,13 +108,13 @@ def tiny_mixtral(model_root):
 class HFOracle:
     """Greedy decoding with HF transformers, fp32, no EOS stop."""
 
-    def __init__(self, path):
+    def __init__(self, path, **config_changes):
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         self.torch = torch
         self.tokenizer = AutoTokenizer.from_pretrained(path)
-        self.model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+        self.model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, **config_changes).eval()
 
     def encode(self, text):
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]

@@ -3,14 +3,15 @@ equals HF transformers token for token, through the radix cache (shared
 prefixes, multi-turn chat), chunked prefill, page_size > 1 and a batch of
 mixed lengths; seeded sampling repeats; every hot op ran on our Triton kernels.
 
-One engine for the module (engine start is about a minute on a small CPU).
+One engine for the module, shared with the matrix's Llama row (engine start is about a
+minute on a small CPU).
 """
 
 from __future__ import annotations
 
 import pytest
 
-from kt_sglang_support import output_ids, start_engine
+from kt_sglang_support import output_ids
 
 CHUNK = 16  # chunked prefill smaller than the long prompt below
 PAGE = 4
@@ -18,10 +19,9 @@ NEW = 6
 
 
 @pytest.fixture(scope="module")
-def engine(tiny_llama):
-    eng = start_engine(tiny_llama, page_size=PAGE, chunked_prefill_size=CHUNK)
-    yield eng
-    eng.shutdown()
+def engine(tiny_llama, engines):
+    # the options of the matrix's Llama row (test_sglang_engine_matrix.py): one engine for both
+    return engines.get(tiny_llama, tp_size=1, page_size=PAGE, chunked_prefill_size=CHUNK)
 
 
 def _greedy(max_new_tokens=NEW):

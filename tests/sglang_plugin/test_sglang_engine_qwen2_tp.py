@@ -5,14 +5,13 @@ with two ranks the model's all-reduce (row-parallel linears, vocab-parallel
 embedding) and all-gather (vocab-parallel logits) ran through our
 communicator, as each scheduler's dispatch report shows.
 
-One engine per tp_size for the module (engine start is about a minute)."""
+One engine per tp_size for the module (engine start is about a minute); the tp1 one is
+shared with the matrix's Qwen2 row."""
 
 from __future__ import annotations
 
-import os
-
 import pytest
-from kt_sglang_support import output_ids, start_engine
+from kt_sglang_support import output_ids
 
 NEW = 6
 COMM = "kunlun_triton.comm"
@@ -27,15 +26,12 @@ def _prompts(hf):
 
 
 @pytest.fixture(scope="module", params=[1, 2], ids=lambda n: f"tp{n}")
-def engine(request, tiny_qwen2):
+def engine(request, tiny_qwen2, engines):
     tp_size = request.param
-    if tp_size > 1:
-        # Both ranks share the 2 CPU cores of a small machine; bind each to core 0.
-        os.environ.setdefault("SGLANG_CPU_OMP_THREADS_BIND", "|".join(["0"] * tp_size))
-    eng = start_engine(tiny_qwen2, tp_size=tp_size)
+    # tp1: the options of the matrix's Qwen2 row (test_sglang_engine_matrix.py), one engine for both
+    eng = engines.get(tiny_qwen2, tp_size=tp_size, chunked_prefill_size=16)
     eng.kt_tp_size = tp_size
-    yield eng
-    eng.shutdown()
+    return eng
 
 
 @pytest.fixture(scope="module")

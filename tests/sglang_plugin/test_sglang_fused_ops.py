@@ -41,3 +41,44 @@ def test_rotary_forward_matches_forward_native_across_calls():
         assert_close(got_q, expected_q, scale=2, msg=f"call {step}")
         assert_close(got_k, expected_k, scale=2, msg=f"call {step}")
     assert layer.cos_sin_cache.dtype == torch.float32
+
+
+def test_deepseek_yarn_rotary_matches_its_forward_native_on_strided_views():
+    """DeepSeek's YaRN rotary (mscale folded into its cache, GPT-J pairs) on the
+    rope slices of q [tokens, heads, nope + rope] and of the latent row."""
+    from sglang.srt.layers.rotary_embedding.rope_variant import DeepseekScalingRotaryEmbedding
+
+    from kunlun_triton.sglang_plugin.fused_ops import _deepseek_rotary_forward
+
+    layer = DeepseekScalingRotaryEmbedding(16, 16, 256, 10000, False, 4.0, torch.float32, beta_fast=32, beta_slow=1,
+                                           mscale=0.707, mscale_all_dim=0.707).to(DEVICE)  # fmt: skip
+    gen = torch.Generator().manual_seed(0)
+    positions = torch.randint(0, 1024, (6,), generator=gen).to(DEVICE)
+    q = torch.randn(6, 4, 32, generator=gen).to(DEVICE)
+    latent = torch.randn(6, 1, 64 + 16, generator=gen).to(DEVICE)
+    q_pe, k_pe = q[..., 16:], latent[..., 64:]
+    expected_q, expected_k = layer.forward_native(positions, q_pe.clone(), k_pe.clone())
+    untouched_q, untouched_latent = q[..., :16].clone(), latent[..., :64].clone()
+    got_q, got_k = _deepseek_rotary_forward(layer, positions, q_pe, k_pe)
+    assert got_q is q_pe and got_k is k_pe, "rotated in place"
+    assert_close(q[..., 16:], expected_q)
+    assert_close(latent[..., 64:], expected_k)
+    assert torch.equal(q[..., :16], untouched_q) and torch.equal(latent[..., :64], untouched_latent)
+
+
+def test_logit_softcap_hook_matches_sglang_cpu_formula_in_place():
+    """The hook on the logits processor's ``fused_softcap``: SGLang's own CPU
+    path computes cap * tanh(x / cap); ours does it in place, on a row slice
+    of a wider buffer as well."""
+    from kunlun_triton.sglang_plugin.fused_ops import softcap_logits
+
+    def unreachable(*args):
+        raise AssertionError("fell back to SGLang's CUDA kernel")
+
+    base = 40 * torch.randn(3, 300, generator=torch.Generator().manual_seed(1)).to(DEVICE)
+    logits = base[:, :257]
+    expected = 30.0 * torch.tanh(logits / 30.0)
+    out = softcap_logits(unreachable, logits, 30.0)
+    assert out.data_ptr() == logits.data_ptr()
+    assert_close(logits, expected)
+    assert torch.equal(base[:, 257:], (40 * torch.randn(3, 300, generator=torch.Generator().manual_seed(1)))[:, 257:].to(DEVICE))

@@ -22,7 +22,7 @@ from kunlun_triton.tools.presets import DEFAULT_PRESET, MODEL_PRESETS
 
 # rms_norm is covered in test_tune.py; one sampling op stands for its family
 OPS = ["silu_and_mul", "gelu_and_mul", "rotary_embedding", "store_kv", "decode_attention", "extend_attention",
-       "sample", "fused_add_rms_norm"]  # fmt: skip
+       "sample", "fused_add_rms_norm", "logit_softcap"]  # fmt: skip
 QUICK = ["--quick", "--dry-run", "--warmup", "0", "--repeat", "1"]
 
 
@@ -107,7 +107,7 @@ LOOKUP_DIMS = {
     "rotary_embedding": {"head_size", "tokens"}, "store_kv": {"row_width", "tokens"},
     "decode_attention": {"head_dim", "group"}, "extend_attention": {"head_dim", "group"},
     "rms_norm": {"hidden_size"}, "fused_add_rms_norm": {"hidden_size"},
-    "moe_topk": {"num_experts"},
+    "moe_topk": {"num_experts"}, "logit_softcap": {"vocab_size", "rows"},
     "fused_experts": {"tokens", "num_experts", "top_k", "hidden_size", "intermediate_size"},
     # by the vocabulary only: a row's blocks (and so its draw) never depend on the batch
     **{op: {"vocab"} for op in ("sample", "greedy", "top_k_renorm_probs", "top_p_renorm_probs",

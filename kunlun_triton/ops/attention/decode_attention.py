@@ -1,6 +1,6 @@
 """`decode_attention`: split-KV paged attention, one query token per request.
 
-Stage 1 (`decode_partial_kernel`), grid (batch, kv_heads, max_splits):
+Stage 1 (`decode_partial_kernel`), grid (batch, kv_heads * head blocks, max_splits):
 request b's visible keys (the last WINDOW + 1 with a sliding window, else
 all) are cut into `splits_b` contiguous ranges of whole BLOCK_N tiles; a
 program runs an online softmax over one range for all GROUP query heads of
@@ -9,7 +9,7 @@ one kv head, so every K/V tile is loaded once and shared by the group
 
     o_s = sum_j e^(s_j - lse_s) v_j,     lse_s = log sum_j e^(s_j)
 
-Stage 2 (`decode_merge_kernel`), grid (batch, kv_heads): the exact softmax
+Stage 2 (`decode_merge_kernel`), grid (batch, kv_heads * head blocks): the exact softmax
 over all keys is the lse-weighted mean of the splits,
 
     o = sum_s e^(lse_s - M) o_s / sum_s e^(lse_s - M),   M = max_s lse_s.
@@ -53,7 +53,7 @@ from ..validation import (
 from . import reference
 from .decode_splits import DecodeWorkspace, _plan, check_workspace, split_policy
 from .shared import check_formulation, check_kv_pool, cdiv, needs_int64, window_constexpr
-from .tiles import capped_scores, finish_rows, load_tile, online_softmax_update
+from .tiles import finish_rows, load_tile, online_softmax_update, scale_and_cap, scores
 
 OP = "decode_attention"
 
@@ -73,12 +73,14 @@ def split_range(kv_len, split, split_tokens, max_splits, WINDOW: tl.constexpr, B
 
 
 @triton.jit
-def decode_tile(q, m_i, l_i, acc, kv_row_ptr, k_head_ptr, v_head_ptr, n0, hi, sm_scale, kb_stride_s, vb_stride_s,
-                offs_d, offs_dv, d_mask, dv_mask, BLOCK_N: tl.constexpr, MASK_N: tl.constexpr,
-                MASK_D: tl.constexpr, MASK_DV: tl.constexpr, LOGIT_CAP: tl.constexpr, USE_DOT: tl.constexpr,
-                DOT_FP32: tl.constexpr, POOL_I64: tl.constexpr, LOAD_IGNORES_OTHER: tl.constexpr):  # fmt: skip
+def decode_tile(q, q_pe, m_i, l_i, acc, kv_row_ptr, k_head_ptr, v_head_ptr, n0, hi, sm_scale, kb_stride_s,
+                vb_stride_s, offs_d, offs_dpe, offs_dv, d_mask, dpe_mask, dv_mask, BLOCK_N: tl.constexpr,
+                MASK_N: tl.constexpr, MASK_D: tl.constexpr, MASK_DPE: tl.constexpr, MASK_DV: tl.constexpr,
+                BLOCK_DPE: tl.constexpr, LOGIT_CAP: tl.constexpr, USE_DOT: tl.constexpr, DOT_FP32: tl.constexpr,
+                POOL_I64: tl.constexpr, LOAD_IGNORES_OTHER: tl.constexpr):  # fmt: skip
     """Fold keys n0 .. n0 + BLOCK_N (those below `hi` when MASK_N) into the
-    running softmax of the group's heads."""
+    running softmax of the group's heads. A split head dim (BLOCK_DPE > 0)
+    scores as q[:BLOCK_D].k[:BLOCK_D] + q_pe.k[BLOCK_D:] (MLA: latent + rope)."""
     offs_n = n0 + tl.arange(0, BLOCK_N)
     n_mask = offs_n < hi
     if MASK_N:
@@ -89,7 +91,12 @@ def decode_tile(q, m_i, l_i, acc, kv_row_ptr, k_head_ptr, v_head_ptr, n0, hi, sm
         slot = slot.to(tl.int64)
     k_t = load_tile(k_head_ptr + offs_d[:, None] + slot[None, :] * kb_stride_s, d_mask, n_mask, MASK_D, MASK_N,
                     LOAD_IGNORES_OTHER)  # fmt: skip
-    s = capped_scores(q, k_t, sm_scale, LOGIT_CAP, USE_DOT, DOT_FP32)
+    s = scores(q, k_t, USE_DOT, DOT_FP32)
+    if BLOCK_DPE > 0:
+        kpe_t = load_tile(k_head_ptr + offs_dpe[:, None] + slot[None, :] * kb_stride_s, dpe_mask, n_mask, MASK_DPE,
+                          MASK_N, LOAD_IGNORES_OTHER)  # fmt: skip
+        s += scores(q_pe, kpe_t, USE_DOT, DOT_FP32)
+    s = scale_and_cap(s, sm_scale, LOGIT_CAP)
     if MASK_N:
         s = tl.where(n_mask[None, :], s, float("-inf"))
     v = load_tile(v_head_ptr + slot[:, None] * vb_stride_s + offs_dv[None, :], n_mask, dv_mask, MASK_N, MASK_DV,
@@ -120,7 +127,9 @@ def decode_partial_kernel(
     HEAD_DIM: tl.constexpr,
     V_DIM: tl.constexpr,
     BLOCK_H: tl.constexpr,
+    HEAD_BLOCKS: tl.constexpr,
     BLOCK_D: tl.constexpr,
+    BLOCK_DPE: tl.constexpr,
     BLOCK_DV: tl.constexpr,
     BLOCK_N: tl.constexpr,
     LOGIT_CAP: tl.constexpr,
@@ -131,7 +140,8 @@ def decode_partial_kernel(
     LOAD_IGNORES_OTHER: tl.constexpr,
 ):
     b = tl.program_id(0)
-    kv_head = tl.program_id(1)
+    kv_head = tl.program_id(1) // HEAD_BLOCKS  # program 1 axis: (kv head, block of its group's heads)
+    h0 = tl.program_id(1) % HEAD_BLOCKS * BLOCK_H
     split = tl.program_id(2)
     kv_start = tl.load(kv_indptr_ptr + b)
     kv_len = tl.load(kv_indptr_ptr + b + 1) - kv_start
@@ -139,15 +149,22 @@ def decode_partial_kernel(
     if lo >= hi:  # a split this request does not use
         return
 
-    offs_h = tl.arange(0, BLOCK_H)
+    offs_h = h0 + tl.arange(0, BLOCK_H)
     heads = kv_head * GROUP + offs_h
     head_mask = offs_h < GROUP
     offs_d = tl.arange(0, BLOCK_D)
     offs_dv = tl.arange(0, BLOCK_DV)
     d_mask = offs_d < HEAD_DIM
     dv_mask = offs_dv < V_DIM
-    q = masked_load(q_ptr + b * q_stride_b + heads[:, None] * q_stride_h + offs_d[None, :],
-                    head_mask[:, None] & d_mask[None, :], 0.0, LOAD_IGNORES_OTHER)  # fmt: skip
+    q_row_ptr = q_ptr + b * q_stride_b + heads[:, None] * q_stride_h
+    q = masked_load(q_row_ptr + offs_d[None, :], head_mask[:, None] & d_mask[None, :], 0.0, LOAD_IGNORES_OTHER)
+    if BLOCK_DPE > 0:  # the tail of a split head dim (MLA's rope part)
+        offs_dpe = BLOCK_D + tl.arange(0, BLOCK_DPE)
+        dpe_mask = offs_dpe < HEAD_DIM
+        q_pe = masked_load(q_row_ptr + offs_dpe[None, :], head_mask[:, None] & dpe_mask[None, :], 0.0,
+                           LOAD_IGNORES_OTHER)  # fmt: skip
+    else:
+        offs_dpe, dpe_mask, q_pe = offs_d, d_mask, q
 
     m_i = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_H], dtype=tl.float32)
@@ -157,17 +174,19 @@ def decode_partial_kernel(
     v_head_ptr = v_buffer_ptr + kv_head * vb_stride_h
     full_hi = lo + (hi - lo) // BLOCK_N * BLOCK_N
     for n0 in range(lo, full_hi, BLOCK_N):  # whole tiles: no key masks
-        m_i, l_i, acc = decode_tile(q, m_i, l_i, acc, kv_row_ptr, k_head_ptr, v_head_ptr, n0, hi, sm_scale,
-                                    kb_stride_s, vb_stride_s, offs_d, offs_dv, d_mask, dv_mask, BLOCK_N, False,
-                                    BLOCK_D != HEAD_DIM, BLOCK_DV != V_DIM, LOGIT_CAP, USE_DOT, DOT_FP32, POOL_I64,
+        m_i, l_i, acc = decode_tile(q, q_pe, m_i, l_i, acc, kv_row_ptr, k_head_ptr, v_head_ptr, n0, hi, sm_scale,
+                                    kb_stride_s, vb_stride_s, offs_d, offs_dpe, offs_dv, d_mask, dpe_mask, dv_mask,
+                                    BLOCK_N, False, BLOCK_D > HEAD_DIM, BLOCK_D + BLOCK_DPE > HEAD_DIM,
+                                    BLOCK_DV != V_DIM, BLOCK_DPE, LOGIT_CAP, USE_DOT, DOT_FP32, POOL_I64,
                                     LOAD_IGNORES_OTHER)  # fmt: skip
     # The ragged last tile, as a loop of at most one trip: Triton pipelines a
     # loop's loads into shared memory, where a straight-line tile after the
     # loop would stage them in registers (126 registers instead of 64 on sm_90).
     for n0 in range(full_hi, hi, BLOCK_N):
-        m_i, l_i, acc = decode_tile(q, m_i, l_i, acc, kv_row_ptr, k_head_ptr, v_head_ptr, n0, hi, sm_scale,
-                                    kb_stride_s, vb_stride_s, offs_d, offs_dv, d_mask, dv_mask, BLOCK_N, True,
-                                    BLOCK_D != HEAD_DIM, BLOCK_DV != V_DIM, LOGIT_CAP, USE_DOT, DOT_FP32, POOL_I64,
+        m_i, l_i, acc = decode_tile(q, q_pe, m_i, l_i, acc, kv_row_ptr, k_head_ptr, v_head_ptr, n0, hi, sm_scale,
+                                    kb_stride_s, vb_stride_s, offs_d, offs_dpe, offs_dv, d_mask, dpe_mask, dv_mask,
+                                    BLOCK_N, True, BLOCK_D > HEAD_DIM, BLOCK_D + BLOCK_DPE > HEAD_DIM,
+                                    BLOCK_DV != V_DIM, BLOCK_DPE, LOGIT_CAP, USE_DOT, DOT_FP32, POOL_I64,
                                     LOAD_IGNORES_OTHER)  # fmt: skip
 
     lse = tl.where(l_i == 0.0, float("-inf"), m_i + tl.log(tl.where(l_i == 0.0, 1.0, l_i)))
@@ -191,17 +210,19 @@ def decode_merge_kernel(
     GROUP: tl.constexpr,
     V_DIM: tl.constexpr,
     BLOCK_H: tl.constexpr,
+    HEAD_BLOCKS: tl.constexpr,
     BLOCK_DV: tl.constexpr,
     BLOCK_N: tl.constexpr,
     WINDOW: tl.constexpr,
     LOAD_IGNORES_OTHER: tl.constexpr,
 ):
     b = tl.program_id(0)
-    kv_head = tl.program_id(1)
+    kv_head = tl.program_id(1) // HEAD_BLOCKS
+    h0 = tl.program_id(1) % HEAD_BLOCKS * BLOCK_H
     kv_len = tl.load(kv_indptr_ptr + b + 1) - tl.load(kv_indptr_ptr + b)
     _, _, used = split_range(kv_len, 0, split_tokens, max_splits, WINDOW, BLOCK_N)
 
-    offs_h = tl.arange(0, BLOCK_H)
+    offs_h = h0 + tl.arange(0, BLOCK_H)
     heads = kv_head * GROUP + offs_h
     head_mask = offs_h < GROUP
     offs_dv = tl.arange(0, BLOCK_DV)
@@ -323,18 +344,21 @@ def decode_attention(
     else:
         part_out, part_lse, split_tokens = workspace.part_out, workspace.part_lse, workspace.split_tokens
         max_splits = part_out.shape[2]
-    decode_partial_kernel[(batch, kv_heads, max_splits)](
+    head_blocks, merge_head_blocks = cdiv(group, plan.block_h), cdiv(group, plan.merge_block_h)
+    decode_partial_kernel[(batch, kv_heads * head_blocks, max_splits)](
         q, k_buffer, v_buffer, kv_indptr, kv_indices, part_out, part_lse,
         sm_scale, split_tokens, max_splits, q_heads,
         q.stride(0), q.stride(1), k_buffer.stride(0), k_buffer.stride(1), v_buffer.stride(0), v_buffer.stride(1),
-        GROUP=group, HEAD_DIM=head_dim, V_DIM=v_dim, BLOCK_H=plan.block_h, BLOCK_D=plan.block_d,
-        BLOCK_DV=plan.block_dv, BLOCK_N=plan.block_n, LOGIT_CAP=logit_cap, WINDOW=window, USE_DOT=plan.use_dot,
+        GROUP=group, HEAD_DIM=head_dim, V_DIM=v_dim, BLOCK_H=plan.block_h, HEAD_BLOCKS=head_blocks,
+        BLOCK_D=plan.block_d, BLOCK_DPE=plan.block_dpe, BLOCK_DV=plan.block_dv, BLOCK_N=plan.block_n,
+        LOGIT_CAP=logit_cap, WINDOW=window, USE_DOT=plan.use_dot,
         DOT_FP32=plan.dot_fp32, POOL_I64=needs_int64(k_buffer, v_buffer), LOAD_IGNORES_OTHER=plan.load_ignores_other,
         **plan.launch,
     )  # fmt: skip
-    decode_merge_kernel[(batch, kv_heads)](
+    decode_merge_kernel[(batch, kv_heads * merge_head_blocks)](
         part_out, part_lse, o, kv_indptr, split_tokens, max_splits, q_heads, o.stride(0), o.stride(1),
-        GROUP=group, V_DIM=v_dim, BLOCK_H=plan.merge_block_h, BLOCK_DV=plan.merge_block_dv, BLOCK_N=plan.block_n,
+        GROUP=group, V_DIM=v_dim, BLOCK_H=plan.merge_block_h, HEAD_BLOCKS=merge_head_blocks,
+        BLOCK_DV=plan.merge_block_dv, BLOCK_N=plan.block_n,
         WINDOW=window, LOAD_IGNORES_OTHER=plan.load_ignores_other,
         **plan.launch,
     )  # fmt: skip

@@ -49,7 +49,7 @@ from ..validation import (
 )
 from . import reference
 from .shared import AttentionPlan, attention_plan, cdiv, check_formulation, check_kv_pool, needs_int64, window_constexpr
-from .tiles import capped_scores, finish_rows, load_tile, online_softmax_update
+from .tiles import finish_rows, load_tile, online_softmax_update, scale_and_cap, scores
 
 OP = "extend_attention"
 
@@ -97,10 +97,10 @@ def value_poison(v_ptrs, n_mask, dv_mask, MASK_DV: tl.constexpr, LOAD_IGNORES_OT
 
 
 @triton.jit
-def extend_tile(q, m_i, l_i, acc, n0, hi, q_pos, index_ptr, row_base, k_head_ptr, v_head_ptr, k_stride,
-                v_stride, sm_scale, offs_d, offs_dv, d_mask, dv_mask, BLOCK_N: tl.constexpr, MASKED: tl.constexpr,
-                CAUSAL: tl.constexpr, WINDOW: tl.constexpr, PAGED: tl.constexpr, MASK_D: tl.constexpr,
-                MASK_DV: tl.constexpr, LOGIT_CAP: tl.constexpr, USE_DOT: tl.constexpr, DOT_FP32: tl.constexpr,
+def extend_tile(q, q_pe, m_i, l_i, acc, n0, hi, q_pos, index_ptr, row_base, k_head_ptr, v_head_ptr, k_stride,
+                v_stride, sm_scale, offs_d, offs_dpe, offs_dv, d_mask, dpe_mask, dv_mask, BLOCK_N: tl.constexpr, MASKED: tl.constexpr,
+                CAUSAL: tl.constexpr, WINDOW: tl.constexpr, PAGED: tl.constexpr, MASK_D: tl.constexpr, MASK_DPE: tl.constexpr,
+                BLOCK_DPE: tl.constexpr, MASK_DV: tl.constexpr, LOGIT_CAP: tl.constexpr, USE_DOT: tl.constexpr, DOT_FP32: tl.constexpr,
                 INDEX_I64: tl.constexpr, LOAD_IGNORES_OTHER: tl.constexpr):  # fmt: skip
     """Fold keys n0 .. n0 + BLOCK_N of one stream into the block's softmax.
 
@@ -115,7 +115,12 @@ def extend_tile(q, m_i, l_i, acc, n0, hi, q_pos, index_ptr, row_base, k_head_ptr
     rows = stream_rows(index_ptr, row_base, offs_n, n_mask, PAGED, MASKED, INDEX_I64, LOAD_IGNORES_OTHER)
     k_t = load_tile(k_head_ptr + offs_d[:, None] + rows[None, :] * k_stride, d_mask, n_mask, MASK_D, MASKED,
                     LOAD_IGNORES_OTHER)  # fmt: skip
-    s = capped_scores(q, k_t, sm_scale, LOGIT_CAP, USE_DOT, DOT_FP32)
+    s = scores(q, k_t, USE_DOT, DOT_FP32)
+    if BLOCK_DPE > 0:  # the tail of a split head dim (MLA's rope part)
+        kpe_t = load_tile(k_head_ptr + offs_dpe[:, None] + rows[None, :] * k_stride, dpe_mask, n_mask, MASK_DPE,
+                          MASKED, LOAD_IGNORES_OTHER)  # fmt: skip
+        s += scores(q_pe, kpe_t, USE_DOT, DOT_FP32)
+    s = scale_and_cap(s, sm_scale, LOGIT_CAP)
     v_ptrs = v_head_ptr + rows[:, None] * v_stride + offs_dv[None, :]
     if MASKED:
         visible = visibility(q_pos, offs_n, n_mask, CAUSAL, WINDOW)
@@ -133,10 +138,10 @@ def extend_tile(q, m_i, l_i, acc, n0, hi, q_pos, index_ptr, row_base, k_head_ptr
 
 
 @triton.jit
-def extend_stream(q, m_i, l_i, acc, lo, full_lo, full_hi, hi, q_pos, index_ptr, row_base, k_head_ptr,
-                  v_head_ptr, k_stride, v_stride, sm_scale, offs_d, offs_dv, d_mask, dv_mask, BLOCK_N: tl.constexpr,
-                  CAUSAL: tl.constexpr, WINDOW: tl.constexpr, PAGED: tl.constexpr, MASK_D: tl.constexpr,
-                  MASK_DV: tl.constexpr, LOGIT_CAP: tl.constexpr, USE_DOT: tl.constexpr, DOT_FP32: tl.constexpr,
+def extend_stream(q, q_pe, m_i, l_i, acc, lo, full_lo, full_hi, hi, q_pos, index_ptr, row_base, k_head_ptr,
+                  v_head_ptr, k_stride, v_stride, sm_scale, offs_d, offs_dpe, offs_dv, d_mask, dpe_mask, dv_mask, BLOCK_N: tl.constexpr,
+                  CAUSAL: tl.constexpr, WINDOW: tl.constexpr, PAGED: tl.constexpr, MASK_D: tl.constexpr, MASK_DPE: tl.constexpr,
+                  BLOCK_DPE: tl.constexpr, MASK_DV: tl.constexpr, LOGIT_CAP: tl.constexpr, USE_DOT: tl.constexpr, DOT_FP32: tl.constexpr,
                   INDEX_I64: tl.constexpr, LOAD_IGNORES_OTHER: tl.constexpr):  # fmt: skip
     """Keys [lo, hi) of one stream in tiles of BLOCK_N from lo: masked tiles
     up to the first tile inside [full_lo, full_hi) (a window's edge), full
@@ -148,18 +153,18 @@ def extend_stream(q, m_i, l_i, acc, lo, full_lo, full_hi, hi, q_pos, index_ptr, 
     if WINDOW > 0:
         for n0 in range(lo, tl.minimum(head_end, hi), BLOCK_N):
             m_i, l_i, acc = extend_tile(
-                q, m_i, l_i, acc, n0, hi, q_pos, index_ptr, row_base, k_head_ptr, v_head_ptr, k_stride,
-                v_stride, sm_scale, offs_d, offs_dv, d_mask, dv_mask, BLOCK_N, True, CAUSAL, WINDOW, PAGED, MASK_D,
+                q, q_pe, m_i, l_i, acc, n0, hi, q_pos, index_ptr, row_base, k_head_ptr, v_head_ptr, k_stride,
+                v_stride, sm_scale, offs_d, offs_dpe, offs_dv, d_mask, dpe_mask, dv_mask, BLOCK_N, True, CAUSAL, WINDOW, PAGED, MASK_D, MASK_DPE, BLOCK_DPE,
                 MASK_DV, LOGIT_CAP, USE_DOT, DOT_FP32, INDEX_I64, LOAD_IGNORES_OTHER)  # fmt: skip
     for n0 in range(head_end, tail_start, BLOCK_N):
         m_i, l_i, acc = extend_tile(
-            q, m_i, l_i, acc, n0, hi, q_pos, index_ptr, row_base, k_head_ptr, v_head_ptr, k_stride,
-            v_stride, sm_scale, offs_d, offs_dv, d_mask, dv_mask, BLOCK_N, False, CAUSAL, WINDOW, PAGED, MASK_D,
+            q, q_pe, m_i, l_i, acc, n0, hi, q_pos, index_ptr, row_base, k_head_ptr, v_head_ptr, k_stride,
+            v_stride, sm_scale, offs_d, offs_dpe, offs_dv, d_mask, dpe_mask, dv_mask, BLOCK_N, False, CAUSAL, WINDOW, PAGED, MASK_D, MASK_DPE, BLOCK_DPE,
             MASK_DV, LOGIT_CAP, USE_DOT, DOT_FP32, INDEX_I64, LOAD_IGNORES_OTHER)  # fmt: skip
     for n0 in range(tail_start, hi, BLOCK_N):
         m_i, l_i, acc = extend_tile(
-            q, m_i, l_i, acc, n0, hi, q_pos, index_ptr, row_base, k_head_ptr, v_head_ptr, k_stride,
-            v_stride, sm_scale, offs_d, offs_dv, d_mask, dv_mask, BLOCK_N, True, CAUSAL, WINDOW, PAGED, MASK_D,
+            q, q_pe, m_i, l_i, acc, n0, hi, q_pos, index_ptr, row_base, k_head_ptr, v_head_ptr, k_stride,
+            v_stride, sm_scale, offs_d, offs_dpe, offs_dv, d_mask, dpe_mask, dv_mask, BLOCK_N, True, CAUSAL, WINDOW, PAGED, MASK_D, MASK_DPE, BLOCK_DPE,
             MASK_DV, LOGIT_CAP, USE_DOT, DOT_FP32, INDEX_I64, LOAD_IGNORES_OTHER)  # fmt: skip
     return m_i, l_i, acc
 
@@ -194,6 +199,7 @@ def extend_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
+    BLOCK_DPE: tl.constexpr,
     BLOCK_DV: tl.constexpr,
     LOGIT_CAP: tl.constexpr,
     WINDOW: tl.constexpr,
@@ -228,8 +234,15 @@ def extend_kernel(
     d_mask = offs_d < HEAD_DIM
     dv_mask = offs_dv < V_DIM
     rows = (q_start + offs_m).to(tl.int64)
-    q = masked_load(q_ptr + rows[:, None] * q_stride_t + head * q_stride_h + offs_d[None, :],
-                    m_mask[:, None] & d_mask[None, :], 0.0, LOAD_IGNORES_OTHER)  # fmt: skip
+    q_row_ptr = q_ptr + rows[:, None] * q_stride_t + head * q_stride_h
+    q = masked_load(q_row_ptr + offs_d[None, :], m_mask[:, None] & d_mask[None, :], 0.0, LOAD_IGNORES_OTHER)
+    if BLOCK_DPE > 0:  # the tail of a split head dim (MLA's rope part)
+        offs_dpe = BLOCK_D + tl.arange(0, BLOCK_DPE)
+        dpe_mask = offs_dpe < HEAD_DIM
+        q_pe = masked_load(q_row_ptr + offs_dpe[None, :], m_mask[:, None] & dpe_mask[None, :], 0.0,
+                           LOAD_IGNORES_OTHER)  # fmt: skip
+    else:
+        offs_dpe, dpe_mask, q_pe = offs_d, d_mask, q
 
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
@@ -243,10 +256,11 @@ def extend_kernel(
             lo = tl.maximum(prefix_len + m0 - WINDOW, 0) // BLOCK_N * BLOCK_N
             full_lo = prefix_len + m_last - WINDOW
         m_i, l_i, acc = extend_stream(
-            q, m_i, l_i, acc, lo, full_lo, prefix_len + m0 + 1, prefix_len + m_last + 1, prefix_len + offs_m,
+            q, q_pe, m_i, l_i, acc, lo, full_lo, prefix_len + m0 + 1, prefix_len + m_last + 1, prefix_len + offs_m,
             kv_indices_ptr + kv_start, 0, k_buffer_ptr + kv_head * kb_stride_h, v_buffer_ptr + kv_head * vb_stride_h,
-            kb_stride_s, vb_stride_s, sm_scale, offs_d, offs_dv, d_mask, dv_mask, BLOCK_N, True, WINDOW, True,
-            BLOCK_D != HEAD_DIM, BLOCK_DV != V_DIM, LOGIT_CAP, USE_DOT, DOT_FP32, INDEX_I64, LOAD_IGNORES_OTHER)  # fmt: skip
+            kb_stride_s, vb_stride_s, sm_scale, offs_d, offs_dpe, offs_dv, d_mask, dpe_mask, dv_mask, BLOCK_N, True,
+            WINDOW, True, BLOCK_D > HEAD_DIM, BLOCK_D + BLOCK_DPE > HEAD_DIM, BLOCK_DPE, BLOCK_DV != V_DIM, LOGIT_CAP,
+            USE_DOT, DOT_FP32, INDEX_I64, LOAD_IGNORES_OTHER)  # fmt: skip
     else:
         # Stream 1: the cached prefix, keys at positions 0 .. prefix_len - 1; query
         # row m sits at position prefix_len + m.
@@ -255,10 +269,10 @@ def extend_kernel(
             lo = tl.maximum(prefix_len + m0 - WINDOW, 0)
             full_lo = prefix_len + m_last - WINDOW
         m_i, l_i, acc = extend_stream(
-            q, m_i, l_i, acc, lo, full_lo, prefix_len, prefix_len, prefix_len + offs_m,
+            q, q_pe, m_i, l_i, acc, lo, full_lo, prefix_len, prefix_len, prefix_len + offs_m,
             kv_indices_ptr + kv_start, 0, k_buffer_ptr + kv_head * kb_stride_h, v_buffer_ptr + kv_head * vb_stride_h,
-            kb_stride_s, vb_stride_s, sm_scale, offs_d, offs_dv, d_mask, dv_mask, BLOCK_N, False, WINDOW, True,
-            BLOCK_D != HEAD_DIM, BLOCK_DV != V_DIM, LOGIT_CAP, USE_DOT, DOT_FP32, INDEX_I64, LOAD_IGNORES_OTHER)  # fmt: skip
+            kb_stride_s, vb_stride_s, sm_scale, offs_d, offs_dpe, offs_dv, d_mask, dpe_mask, dv_mask, BLOCK_N, False, WINDOW, True,
+            BLOCK_D > HEAD_DIM, BLOCK_D + BLOCK_DPE > HEAD_DIM, BLOCK_DPE, BLOCK_DV != V_DIM, LOGIT_CAP, USE_DOT, DOT_FP32, INDEX_I64, LOAD_IGNORES_OTHER)  # fmt: skip
 
         # Stream 2: the new tokens themselves, causal: key n (at prefix_len + n) is
         # seen by rows m >= n; keys up to m0 by the whole block; none past m_last.
@@ -267,9 +281,9 @@ def extend_kernel(
             lo = tl.maximum(m0 - WINDOW, 0)
             full_lo = m_last - WINDOW
         m_i, l_i, acc = extend_stream(
-            q, m_i, l_i, acc, lo, full_lo, m0 + 1, m_last + 1, offs_m, kv_indices_ptr, q_start,
+            q, q_pe, m_i, l_i, acc, lo, full_lo, m0 + 1, m_last + 1, offs_m, kv_indices_ptr, q_start,
             k_extend_ptr + kv_head * ke_stride_h, v_extend_ptr + kv_head * ve_stride_h, ke_stride_t, ve_stride_t,
-            sm_scale, offs_d, offs_dv, d_mask, dv_mask, BLOCK_N, True, WINDOW, False, BLOCK_D != HEAD_DIM,
+            sm_scale, offs_d, offs_dpe, offs_dv, d_mask, dpe_mask, dv_mask, BLOCK_N, True, WINDOW, False, BLOCK_D > HEAD_DIM, BLOCK_D + BLOCK_DPE > HEAD_DIM, BLOCK_DPE,
             BLOCK_DV != V_DIM, LOGIT_CAP, USE_DOT, DOT_FP32, INDEX_I64, LOAD_IGNORES_OTHER)  # fmt: skip
 
     out = finish_rows(acc, l_i)
@@ -398,7 +412,7 @@ def extend_attention(
         v_extend.stride(0), v_extend.stride(1), o_extend.stride(0), o_extend.stride(1),
         k_buffer.stride(0), k_buffer.stride(1), v_buffer.stride(0), v_buffer.stride(1),
         GROUP=group, HEAD_DIM=head_dim, V_DIM=v_dim, BLOCK_M=plan.block_m, BLOCK_N=plan.block_n,
-        BLOCK_D=plan.block_d, BLOCK_DV=plan.block_dv, LOGIT_CAP=logit_cap, WINDOW=window,
+        BLOCK_D=plan.block_d, BLOCK_DPE=plan.block_dpe, BLOCK_DV=plan.block_dv, LOGIT_CAP=logit_cap, WINDOW=window,
         USE_DOT=plan.use_dot, DOT_FP32=plan.dot_fp32, INDEX_I64=needs_int64(k_buffer, v_buffer, k_extend, v_extend),
         LOAD_IGNORES_OTHER=plan.load_ignores_other, UNIFIED=bool(unified_kv),
         **plan.launch,

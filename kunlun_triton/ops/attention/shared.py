@@ -61,6 +61,20 @@ def dim_block(size: int, form: Formulation) -> int:
     return max(block, 16) if form.use_dot else block
 
 
+def dim_split(size: int, form: Formulation) -> tuple[int, int]:
+    """(BLOCK_D, BLOCK_DPE): the q.k head dim as one padded power-of-two tile
+    (BLOCK_DPE = 0), or, where that pads, as a power-of-two head (BLOCK_D, no
+    mask) plus a tail tile (BLOCK_DPE, masked only if it pads): MLA's 576 =
+    512 latent + 64 rope is two exact tiles instead of 1024 (SGLang's MLA
+    decode splits the same way); 80 = 64 + 16, 192 = 128 + 64."""
+    whole = dim_block(size, form)
+    head = 1 << (max(int(size), 1).bit_length() - 1)  # largest power of two <= size
+    tail = dim_block(size - head, form) if size > head else 0
+    if tail and head >= (16 if form.use_dot else 1) and head + tail < whole:
+        return head, tail
+    return whole, 0
+
+
 @dataclass(frozen=True)
 class AttentionPlan:
     """Everything a launch derives from its config, dtype and head shape."""
@@ -69,10 +83,11 @@ class AttentionPlan:
     dot_fp32: bool
     block_m: int  # extend: query rows per program
     block_n: int  # keys per tile
-    block_h: int  # decode: query heads of a group per program (padded)
-    block_d: int
+    block_h: int  # decode: query heads of a group per program (padded; at most MAX_BLOCK_H real ones)
+    block_d: int  # q.k head dim tile (the head part, when split)
+    block_dpe: int  # the tail tile of a split q.k head dim (MLA's rope part), 0 when not split
     block_dv: int
-    merge_block_h: int  # decode stage 2: the group, padded (no dot there)
+    merge_block_h: int  # decode stage 2: heads per program, padded (no dot there)
     merge_block_dv: int
     min_split_tokens: int  # decode split policy (see decode_attention)
     target_programs: int
@@ -84,7 +99,12 @@ class AttentionPlan:
 def attention_plan(op: str, config: dict, dtype, head_dim: int, v_dim: int, group: int, formulation) -> AttentionPlan:
     form = choose_formulation(op, dtype, config, formulation)
     block_m, block_n = int(config.get("BLOCK_M", 32)), int(config.get("BLOCK_N", 32))
-    block_h = next_power_of_2(group)
+    # decode: a program takes at most MAX_BLOCK_H heads of a group (MLA's 128 q
+    # heads on one latent head would otherwise hold a [128, 576] q tile: the
+    # programs split the group, each re-reading the group's K/V, as SGLang's
+    # grouped decode does with 16).
+    max_block_h = next_power_of_2(max(int(config.get("MAX_BLOCK_H", 16)), 1))
+    block_h = merge_block_h = min(next_power_of_2(group), max_block_h)
     if form.use_dot:  # tl.dot tiles are at least 16 x 16
         block_m, block_n, block_h = max(block_m, 16), max(block_n, 16), max(block_h, 16)
     return AttentionPlan(
@@ -93,9 +113,10 @@ def attention_plan(op: str, config: dict, dtype, head_dim: int, v_dim: int, grou
         block_m=block_m,
         block_n=block_n,
         block_h=block_h,
-        block_d=dim_block(head_dim, form),
+        block_d=dim_split(head_dim, form)[0],
+        block_dpe=dim_split(head_dim, form)[1],
         block_dv=dim_block(v_dim, form),
-        merge_block_h=next_power_of_2(group),
+        merge_block_h=merge_block_h,
         merge_block_dv=next_power_of_2(v_dim),
         min_split_tokens=max(int(config.get("MIN_SPLIT_TOKENS", 4 * block_n)), 1),
         target_programs=max(int(config.get("TARGET_PROGRAMS", 64)), 1),

@@ -126,6 +126,13 @@ def _meta(*shape, dtype):
     return torch.empty(shape, dtype=dtype, device="meta")
 
 
+def _kv_pool(slots, kv_heads, head_dim, v_dim, dtype):
+    """K and V rows; with a smaller v_dim, V is the first v_dim values of K's
+    rows (SGLang's MLA latent pool: a strided view, as the kernels get it)."""
+    k = _meta(slots, kv_heads, head_dim, dtype=dtype)
+    return k, (k[..., :v_dim] if v_dim < head_dim else _meta(slots, kv_heads, v_dim, dtype=dtype))
+
+
 def store_kv_kernels(shape, dtype, config):
     from ...testing.launches import meta_kernel_specs, with_loop_items
 
@@ -143,9 +150,10 @@ def decode_attention_kernels(shape, dtype, config):
     lens = shape.get("lens") or [shape["context_len"]] * shape["batch"]
     batch, total = len(lens), sum(lens)
     q_heads, kv_heads, head_dim = shape["q_heads"], shape["kv_heads"], shape["head_dim"]
-    q, o = _meta(batch, q_heads, head_dim, dtype=dtype), _meta(batch, q_heads, head_dim, dtype=dtype)
+    v_dim = shape.get("v_head_dim", head_dim)
+    q, o = _meta(batch, q_heads, head_dim, dtype=dtype), _meta(batch, q_heads, v_dim, dtype=dtype)
     slots = total + shape.get("page_size", 1)
-    k_buffer, v_buffer = _meta(slots, kv_heads, head_dim, dtype=dtype), _meta(slots, kv_heads, head_dim, dtype=dtype)
+    k_buffer, v_buffer = _kv_pool(slots, kv_heads, head_dim, v_dim, dtype)
     indptr, indices = _meta(batch + 1, dtype=torch.int32), _meta(total, dtype=torch.int32)
     specs = meta_kernel_specs(lambda: decode_attention(q, k_buffer, v_buffer, o, indptr, indices, head_dim**-0.5,
                                                        check=False, config=config))  # fmt: skip
@@ -158,11 +166,12 @@ def extend_attention_kernels(shape, dtype, config):
     prefix = shape.get("prefix_lens") or [shape["prefix_len"]] * shape["batch"]
     extend = shape.get("extend_lens") or [shape["extend_len"]] * shape["batch"]
     q_heads, kv_heads, head_dim = shape["q_heads"], shape["kv_heads"], shape["head_dim"]
+    v_dim = shape.get("v_head_dim", head_dim)
     tokens, cached = sum(extend), sum(prefix)
-    q, o = _meta(tokens, q_heads, head_dim, dtype=dtype), _meta(tokens, q_heads, head_dim, dtype=dtype)
-    k, v = _meta(tokens, kv_heads, head_dim, dtype=dtype), _meta(tokens, kv_heads, head_dim, dtype=dtype)
+    q, o = _meta(tokens, q_heads, head_dim, dtype=dtype), _meta(tokens, q_heads, v_dim, dtype=dtype)
+    k, v = _kv_pool(tokens, kv_heads, head_dim, v_dim, dtype)
     slots = cached + tokens + shape.get("page_size", 1)
-    k_buffer, v_buffer = _meta(slots, kv_heads, head_dim, dtype=dtype), _meta(slots, kv_heads, head_dim, dtype=dtype)
+    k_buffer, v_buffer = _kv_pool(slots, kv_heads, head_dim, v_dim, dtype)
     qo_indptr, kv_indptr = _meta(len(extend) + 1, dtype=torch.int32), _meta(len(prefix) + 1, dtype=torch.int32)
     kv_indices = _meta(cached, dtype=torch.int32)
     specs = meta_kernel_specs(lambda: extend_attention(q, k, v, o, k_buffer, v_buffer, qo_indptr, kv_indptr,

@@ -54,12 +54,18 @@ def weighted_values(p, v, USE_DOT: tl.constexpr, DOT_FP32: tl.constexpr):
 
 
 @triton.jit
-def capped_scores(q, k_t, sm_scale, LOGIT_CAP: tl.constexpr, USE_DOT: tl.constexpr, DOT_FP32: tl.constexpr):
-    """sm_scale * q k^T, soft-capped when LOGIT_CAP > 0 (Gemma-2 style)."""
-    s = scores(q, k_t, USE_DOT, DOT_FP32) * sm_scale
+def scale_and_cap(s, sm_scale, LOGIT_CAP: tl.constexpr):
+    """sm_scale * s, soft-capped when LOGIT_CAP > 0 (Gemma-2 style)."""
+    s = s * sm_scale
     if LOGIT_CAP > 0:
         s = soft_cap(s, LOGIT_CAP)
     return s
+
+
+@triton.jit
+def capped_scores(q, k_t, sm_scale, LOGIT_CAP: tl.constexpr, USE_DOT: tl.constexpr, DOT_FP32: tl.constexpr):
+    """sm_scale * q k^T, soft-capped when LOGIT_CAP > 0 (Gemma-2 style)."""
+    return scale_and_cap(scores(q, k_t, USE_DOT, DOT_FP32), sm_scale, LOGIT_CAP)
 
 
 @triton.jit

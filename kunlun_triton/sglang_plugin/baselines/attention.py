@@ -123,11 +123,13 @@ def decode_inspect_specs(shape, dtype, max_kv_splits: int = SGLANG_DEFAULT_KV_SP
     lens = shape.get("lens") or [shape["context_len"]] * shape["batch"]
     batch, total = len(lens), sum(lens)
     q_heads, kv_heads, head_dim = shape["q_heads"], shape["kv_heads"], shape["head_dim"]
-    q, o = _meta(batch, q_heads, head_dim, dtype=dtype), _meta(batch, q_heads, head_dim, dtype=dtype)
+    v_dim = shape.get("v_head_dim", head_dim)  # MLA: V is the latent part of K's rows
+    q, o = _meta(batch, q_heads, head_dim, dtype=dtype), _meta(batch, q_heads, v_dim, dtype=dtype)
     slots = total + shape.get("page_size", 1)
-    k_buffer, v_buffer = _meta(slots, kv_heads, head_dim, dtype=dtype), _meta(slots, kv_heads, head_dim, dtype=dtype)
+    k_buffer = _meta(slots, kv_heads, head_dim, dtype=dtype)
+    v_buffer = k_buffer[..., :v_dim] if v_dim < head_dim else _meta(slots, kv_heads, v_dim, dtype=dtype)
     indptr, indices = _meta(batch + 1, dtype=torch.int32), _meta(total, dtype=torch.int32)
-    logits = _meta(batch, q_heads, max_kv_splits, head_dim, dtype=torch.float32)
+    logits = _meta(batch, q_heads, max_kv_splits, v_dim, dtype=torch.float32)
     lse = _meta(batch, q_heads, max_kv_splits, dtype=torch.float32)
     splits = _meta(batch, dtype=torch.int32)
     return _as_on_target(lambda: decode_attention_fwd(q, k_buffer, v_buffer, o, indptr, indices, logits, lse, splits,

@@ -1,0 +1,61 @@
+"""Final-logit soft-capping: `logit_softcap(logits, cap)` rewrites logits
+[..., vocab] in place with cap * tanh(logits / cap) and returns them.
+
+Same contract as SGLang's ``softcap_inplace_logits`` (the logits processor's
+``final_logit_softcapping``, Gemma-2's 30.0): float logits, any leading dims,
+rows may be strided (a slice of a wider logits buffer), last dim contiguous.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ...runtime import capabilities, get_config, launch_options, plan_cache, use_triton
+from ..validation import as_rows, checked_mode, power_of_two_at_most, require_number, require_tensor
+from . import kernels, reference
+
+OP = "logit_softcap"
+
+
+@dataclass(frozen=True)
+class TilePlan:
+    block_cols: int
+    rows_per_program: int
+    load_ignores_other: bool
+    launch: dict
+
+
+def _tile_plan(vocab: int, config: dict) -> TilePlan:
+    block_cols = min(1 << max(vocab - 1, 0).bit_length(), power_of_two_at_most(config.get("BLOCK_COLS", 1024)))
+    rows = power_of_two_at_most(config.get("ROWS_PER_PROGRAM", 1))
+    return TilePlan(block_cols, rows, capabilities().load_ignores_other, launch_options(config))
+
+
+@plan_cache
+def _cached_plan(vocab: int, rows: int) -> TilePlan:
+    return _tile_plan(vocab, get_config(OP, vocab_size=vocab, rows=rows))
+
+
+def logit_softcap(logits: torch.Tensor, cap: float, *, check: bool = True, config: dict | None = None) -> torch.Tensor:
+    """logits <- cap * tanh(logits / cap), in place (cap > 0); returns `logits`.
+    ``check=False`` (or ``KUNLUN_TRITON_CHECK=0``) skips the input checks."""
+    if checked_mode(check):
+        require_tensor(OP, "logits", logits, min_ndim=1)
+        cap = require_number(OP, "cap", cap, above=0.0)
+    cap = float(cap)
+    rows = as_rows(OP, "logits", logits, writable=True)
+    if not use_triton(OP, logits):
+        return reference.logit_softcap(logits, cap)
+    n_rows, vocab = rows.shape
+    if n_rows == 0 or vocab == 0:
+        return logits
+    plan = _cached_plan(vocab, n_rows) if config is None else _tile_plan(vocab, config)
+    grid = (-(-n_rows // plan.rows_per_program), -(-vocab // plan.block_cols))
+    kernels.logit_softcap_kernel[grid](
+        rows, n_rows, vocab, rows.stride(0), cap,
+        BLOCK_COLS=plan.block_cols, ROWS_PER_PROGRAM=plan.rows_per_program,
+        LOAD_IGNORES_OTHER=plan.load_ignores_other, **plan.launch,
+    )  # fmt: skip
+    return logits

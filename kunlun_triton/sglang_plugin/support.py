@@ -1,0 +1,101 @@
+"""What the kunlun platform cannot serve, refused at start-up (never mid-request).
+
+`check_support(server_args)` runs in ``apply_server_args_defaults``, before
+SGLang starts a scheduler or loads a weight: each `Unsupported` entry names a
+feature, how to detect it from the server arguments and the model's
+``config.json``, and what to do instead. The error names the model
+(its architecture), the feature and the fix. Only features served by
+kunlun-triton's own attention backend are refused; a user who picks another
+backend (``--attention-backend torch_native``) gets SGLang's behaviour.
+The MoE-specific refusals live in `moe.check_server_args`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from typing import Callable
+
+
+class UnsupportedFeature(ValueError):
+    """A model or server option that kunlun-triton cannot serve."""
+
+
+def model_config(model_path) -> dict:
+    """The model's config.json as a dict ({} when it cannot be read)."""
+    try:
+        with open(os.path.join(str(model_path), "config.json")) as f:
+            return json.load(f)
+    except (OSError, ValueError, TypeError):
+        return {}
+
+
+def model_name(model_path, config: dict) -> str:
+    archs = config.get("architectures") or []
+    return f"{archs[0]} ({model_path})" if archs else str(model_path)
+
+
+def _speculative(args, config):
+    algo = getattr(args, "speculative_algorithm", None)
+    return f"speculative decoding (--speculative-algorithm {algo})" if algo else None
+
+
+def _quantized_kv(args, config):
+    dtype = getattr(args, "kv_cache_dtype", "auto") or "auto"
+    if dtype in ("auto", "bfloat16", "float16", "float32"):
+        return None
+    return f"a quantized KV cache (--kv-cache-dtype {dtype})"
+
+
+def _sparse_mla(args, config):
+    return "DeepSeek sparse attention (DSA: the config's index_topk)" if config.get("index_topk") else None
+
+
+def _attention_sinks(args, config):
+    sinks = config.get("model_type") in ("gpt_oss",) or config.get("use_attention_sinks")
+    return "attention sinks (learned per-head sink logits)" if sinks else None
+
+
+def _deterministic_mla(args, config):
+    # Deterministic extend reads the whole sequence from the cache (unified
+    # mode); an MLA prefill arrives as multi-head attention, not in the cache.
+    if getattr(args, "enable_deterministic_inference", False) and config.get("kv_lora_rank"):
+        return "deterministic inference on an MLA model (--enable-deterministic-inference)"
+    return None
+
+
+@dataclass(frozen=True)
+class Unsupported:
+    key: str  # short name, used by the supported-models table
+    detect: Callable[[object, dict], str | None]  # -> the feature as the user asked for it, or None
+    advice: str
+
+
+UNSUPPORTED = (
+    Unsupported("speculative decoding", _speculative,
+                "drop --speculative-algorithm (kunlun_triton attention has no target-verify / draft-extend path)"),
+    Unsupported("quantized KV cache", _quantized_kv,
+                "use --kv-cache-dtype auto (the KV cache in the model's dtype)"),
+    Unsupported("sparse MLA (DSA)", _sparse_mla,
+                "serve it with --attention-backend torch_native, or on a GPU with SGLang's own backends"),
+    Unsupported("attention sinks", _attention_sinks,
+                "serve it with --attention-backend torch_native, or on a GPU with SGLang's own backends"),
+    Unsupported("deterministic MLA", _deterministic_mla,
+                "drop --enable-deterministic-inference, or serve it with SGLang's own backends on a GPU"),
+)  # fmt: skip
+
+
+def check_support(server_args, ours: bool) -> None:
+    """Raise `UnsupportedFeature` for the first feature kunlun-triton's backend
+    (in use when `ours`) cannot serve."""
+    if not ours:
+        return
+    config = model_config(getattr(server_args, "model_path", None))
+    for entry in UNSUPPORTED:
+        asked = entry.detect(server_args, config)
+        if asked:
+            raise UnsupportedFeature(
+                f"kunlun-triton: {model_name(server_args.model_path, config)} with {asked} is not supported "
+                f"by the kunlun_triton attention backend: {entry.advice}."
+            )

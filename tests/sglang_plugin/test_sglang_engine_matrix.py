@@ -1,0 +1,186 @@
+"""The supported-models matrix: a tiny random checkpoint of each architecture
+(2 layers, vocabulary 512) served by ``sglang.Engine`` on the kunlun platform
+(development mode), greedy tokens equal to HF transformers through the radix
+cache (a shared prefix, then the same prompts again) and chunked prefill
+(chunks of 16, a prompt over two chunks); every op in the scheduler's
+dispatch report ran our Triton kernels; the options the platform cannot
+serve are refused at start-up. Each architecture's README row is rendered
+from these results (`kunlun_triton.tools.models_table`) and must match
+(``KUNLUN_TRITON_UPDATE_README=1`` rewrites it).
+
+The one exception to "equal to HF": SGLang 0.5.23 serves Mistral through its
+Llama model, which has no sliding window, so SGLang (its own ``triton`` and
+``torch_native`` backends as well) attends to the whole context where HF
+masks beyond the window. The test proves the difference (HF with its
+window gives other tokens for the long prompt) and compares with HF with
+the window off, i.e. with what SGLang's model computes.
+
+CI time: one engine per row (a start is about a minute on 2 cores); the
+Llama row shares the engine of test_sglang_engine_llama.py and the Qwen2 row
+that of test_sglang_engine_qwen2_tp.py (same options, `engines` cache).
+MoE rows run on two ranks (each holding half of every expert's width)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from kt_sglang_support import output_ids
+
+from kunlun_triton.tools import models_table
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+UPDATE = os.environ.get("KUNLUN_TRITON_UPDATE_README") == "1"
+CHUNK = 16  # chunked prefill smaller than the long prompt below
+NEW = 4  # few decode steps: the interpreter makes each one slow
+
+
+@dataclass(frozen=True)
+class Row:
+    arch: str  # tiny_model arch
+    tp_size: int = 1
+    options: dict = field(default_factory=dict)
+    oracle: str = "HF transformers"
+    hf_config_changes: dict = field(default_factory=dict)  # what SGLang's model computes, where it differs
+    ops: tuple = ()  # ops this architecture must show besides the common ones
+
+
+ROWS = [
+    Row("llama", options={"page_size": 4}),  # test_sglang_engine_llama.py's engine
+    Row("qwen3"),
+    Row("qwen3_moe", tp_size=2, ops=("moe_topk", "fused_experts")),
+    Row("mixtral", tp_size=2, ops=("moe_topk", "fused_experts")),
+    Row("mistral", oracle="HF transformers, sliding window off (SGLang's Llama model has none)",
+        hf_config_changes={"sliding_window": None}),
+    Row("phi3"),
+    # Gemma-2 is not in the matrix yet: greedy tokens equal HF for independent prompts
+    # (logit_softcap, attention soft-capping and the local/global windows run ours), but in
+    # this batch the second prompt (sharing the first one's prefix, window 8) gave
+    # [130, 130, 130, 130] where HF gives [348, 348, 348, 348]: open (issue 15).
+    Row("deepseek_v2", ops=("moe_topk", "fused_experts")),
+    Row("qwen2"),  # test_sglang_engine_qwen2_tp.py's tp1 engine
+]  # fmt: skip
+COMMON_OPS = ("extend_attention", "decode_attention", "store_kv", "rotary_embedding", "greedy")
+
+
+def engine_options(row: Row) -> dict:
+    return {"tp_size": row.tp_size, "chunked_prefill_size": CHUNK, **row.options}
+
+
+def _greedy(n=NEW):
+    return {"max_new_tokens": n, "temperature": 0.0, "ignore_eos": True}
+
+
+def _prompts(hf):
+    prefix = hf.encode("The radix cache shares the prefix of prompts that begin with")
+    long = hf.encode("Once upon a time there was a little model that learned to count: one two three four five six. "
+                     "Attention reads keys and values from a paged cache; each page holds a few tokens.")  # fmt: skip
+    assert len(long) > 2 * CHUNK
+    return prefix, [prefix + hf.encode(" the same tokens."), prefix + hf.encode(" a kernel"), long]
+
+
+def _refusals(path, moe: bool) -> list[str]:
+    """The options the platform refuses for this model, by calling its start-up
+    checks as ``apply_server_args_defaults`` does (each must raise)."""
+    from kunlun_triton.sglang_plugin import moe as moe_support
+    from kunlun_triton.sglang_plugin.support import UNSUPPORTED, UnsupportedFeature, check_support, model_config
+
+    base = dict(model_path=path, speculative_algorithm=None, kv_cache_dtype="auto")
+    tries = [("speculative decoding", {"speculative_algorithm": "EAGLE"}),
+             ("quantized KV cache", {"kv_cache_dtype": "fp8_e4m3"})]  # fmt: skip
+    assert {key for key, _ in tries} <= {entry.key for entry in UNSUPPORTED}
+    arch = model_config(path)["architectures"][0]
+    refused = []
+    for key, change in tries:
+        with pytest.raises(UnsupportedFeature) as err:
+            check_support(SimpleNamespace(**{**base, **change}), ours=True)
+        assert arch in str(err.value) and "kunlun_triton attention backend" in str(err.value)
+        refused.append(key)
+    check_support(SimpleNamespace(**base), ours=True)  # the plain options pass
+    if moe:
+        with pytest.raises(moe_support.UnsupportedMoE, match="Use --tp-size"):
+            moe_support.check_server_args(SimpleNamespace(ep_size=2, moe_a2a_backend="none", moe_runner_backend="auto"))
+        refused.append("expert parallelism")
+    return refused
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[r.arch for r in ROWS])
+def test_serves_equal_to_its_oracle_and_readme_row_matches(row, tiny_model, engines):
+    from conftest import HFOracle
+
+    from kunlun_triton.sglang_plugin.report import engine_dispatch_report
+    from kunlun_triton.sglang_plugin.support import model_config
+
+    path = tiny_model(row.arch)
+    architecture = model_config(path)["architectures"][0]
+    hf = HFOracle(path, **row.hf_config_changes)
+    prefix, prompts = _prompts(hf)
+    expected = [hf.greedy(p, NEW) for p in prompts]
+    if row.hf_config_changes:  # the documented model difference is real: HF as published differs
+        published = HFOracle(path)
+        assert [published.greedy(p, NEW) for p in prompts] != expected, "no model difference left: compare with HF"
+
+    engine = engines.get(path, **engine_options(row))
+    first = engine.generate(input_ids=prompts, sampling_params=_greedy())
+    assert [output_ids(o) for o in first] == expected
+    again = engine.generate(input_ids=prompts[:2], sampling_params=_greedy())  # radix-cache hits
+    assert [output_ids(o) for o in again] == expected[:2]
+    assert sum(o["meta_info"].get("cached_tokens", 0) for o in again) >= 2 * len(prefix)
+
+    reports = engine_dispatch_report(engine)
+    assert sorted(reports) == list(range(row.tp_size))
+    ops = reports[0]["ops"]
+    for name in COMMON_OPS + row.ops:
+        assert name in ops, f"{row.arch}: {name} never ran: {sorted(ops)}"
+    for name, entry in ops.items():
+        if not name.startswith(("all_", "reduce_", "broadcast")):
+            assert entry["impl"] == "triton" and set(entry["calls"]) == {"triton"}, (row.arch, name, entry)
+    if row.tp_size > 1:
+        assert set(ops["all_reduce"]["calls"]) == {"kunlun_triton.comm"}, ops["all_reduce"]
+    for rank, rep in reports.items():  # every rank runs the architecture's own ops on our kernels
+        for name in row.ops:
+            assert set(rep["ops"].get(name, {}).get("calls", {})) == {"triton"}, (row.arch, rank, name)
+    if "moe_topk" in row.ops:  # one router and one experts call per MoE layer and forward
+        moe_layers = 1 if row.arch == "deepseek_v2" else 2  # DeepSeek: first layer dense
+        assert ops["moe_topk"]["calls"]["triton"] == ops["fused_experts"]["calls"]["triton"] >= 2 * moe_layers
+
+    kernels = sorted(n for n, e in ops.items() if e["impl"] == "triton")
+    served = f"2 layers, TP {row.tp_size}, radix cache + chunked prefill"
+    result = {"architecture": architecture, "served": served, "oracle": row.oracle, "ops": kernels,
+              "refused": _refusals(path, moe="moe_topk" in row.ops)}  # fmt: skip
+    _check_or_write_readme_row(result)
+
+
+def _check_or_write_readme_row(result):
+    row = models_table.render_row(result)
+    text = README.read_text()
+    order = list(dict.fromkeys([*models_table.table_rows(text), result["architecture"]]))
+    if UPDATE:
+        README.write_text(models_table.with_row(text, result["architecture"], row, order))
+        return
+    assert models_table.table_rows(text).get(result["architecture"]) == row, (
+        f"README's supported-models row for {result['architecture']} is not what this run found; "
+        f"rerun with KUNLUN_TRITON_UPDATE_README=1 to write:\n{row}"
+    )
+
+
+def test_readme_table_lists_exactly_the_matrix_and_its_refusal_notes():
+    text = README.read_text()
+    rows = models_table.table_rows(text)
+    assert len(rows) == len(ROWS), sorted(rows)
+    assert models_table.notes_in(text) == models_table.render_notes()
+
+
+def test_an_unsupported_option_fails_at_start_up_not_mid_request(tiny_model):
+    """A quantized KV cache is refused while the server arguments are set up,
+    in this process: our own exception type reaches the caller (an error in a
+    scheduler process would arrive as SGLang's child-process failure)."""
+    from kt_sglang_support import start_engine
+
+    from kunlun_triton.sglang_plugin.support import UnsupportedFeature
+
+    with pytest.raises(UnsupportedFeature, match=r"DeepseekV2ForCausalLM .*--kv-cache-dtype fp8_e4m3.*auto"):
+        start_engine(tiny_model("deepseek_v2"), kv_cache_dtype="fp8_e4m3")

@@ -1,0 +1,37 @@
+"""Start-up refusals of the kunlun_triton attention backend (support.py): each
+names the model's architecture, the feature as the user asked for it and
+what to do; another attention backend is left to SGLang."""
+
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from kunlun_triton.sglang_plugin.support import UnsupportedFeature, check_support
+
+
+def _model(tmp_path, **config):
+    (tmp_path / "config.json").write_text(json.dumps({"architectures": ["SomeForCausalLM"], **config}))
+    return SimpleNamespace(model_path=str(tmp_path), speculative_algorithm=None, kv_cache_dtype="auto")
+
+
+@pytest.mark.parametrize("config,args,match", [
+    ({"index_topk": 2048}, {}, r"SomeForCausalLM .*DeepSeek sparse attention.*torch_native"),
+    ({"model_type": "gpt_oss"}, {}, r"attention sinks.*torch_native"),
+    ({}, {"speculative_algorithm": "EAGLE"}, r"--speculative-algorithm EAGLE.*drop"),
+    ({}, {"kv_cache_dtype": "fp8_e5m2"}, r"--kv-cache-dtype fp8_e5m2.*auto"),
+    ({"kv_lora_rank": 512}, {"enable_deterministic_inference": True}, r"deterministic inference on an MLA model"),
+])  # fmt: skip
+def test_unsupported_features_are_refused_with_model_feature_and_fix(tmp_path, config, args, match):
+    server_args = _model(tmp_path, **config)
+    for key, value in args.items():
+        setattr(server_args, key, value)
+    with pytest.raises(UnsupportedFeature, match=match):
+        check_support(server_args, ours=True)
+    check_support(server_args, ours=False)  # another backend: SGLang's call
+
+
+def test_plain_models_pass(tmp_path):
+    check_support(_model(tmp_path, model_type="llama"), ours=True)
+    check_support(SimpleNamespace(model_path="/no/such/dir", speculative_algorithm=None, kv_cache_dtype="bfloat16"),
+                  ours=True)  # fmt: skip
