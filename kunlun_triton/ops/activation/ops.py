@@ -6,12 +6,11 @@ Same contract as SGLang's SiluAndMul / GeluAndMul: x is [..., 2 * d] holding
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
-from ...runtime import capabilities, get_config, launch_options, plan_cache, use_triton
-from ..validation import as_rows, checked_mode, power_of_two_at_most, require_choice, require_tensor
+from ...runtime import get_config, plan_cache, use_triton
+from ..row_tiles import TilePlan, row_tile_plan
+from ..validation import as_rows, checked_mode, require_choice, require_tensor
 from . import kernels, reference
 
 SILU, GELU, GELU_TANH = 0, 1, 2
@@ -24,23 +23,9 @@ def _check_input(op: str, x) -> None:
         raise ValueError(f"{op}: x's last dim must be even ([gate | up]), got {x.shape[-1]}")
 
 
-@dataclass(frozen=True)
-class TilePlan:
-    block_cols: int
-    rows_per_program: int
-    load_ignores_other: bool
-    launch: dict
-
-
-def _tile_plan(d: int, config: dict) -> TilePlan:
-    block_cols = min(1 << max(d - 1, 0).bit_length(), power_of_two_at_most(config.get("BLOCK_COLS", 1024)))
-    rows = power_of_two_at_most(config.get("ROWS_PER_PROGRAM", 1))
-    return TilePlan(block_cols, rows, capabilities().load_ignores_other, launch_options(config))
-
-
 @plan_cache
 def _cached_plan(op: str, d: int, rows: int) -> TilePlan:
-    return _tile_plan(d, get_config(op, hidden_size=d, rows=rows))
+    return row_tile_plan(d, get_config(op, hidden_size=d, rows=rows))
 
 
 def _act_and_mul(op: str, x: torch.Tensor, activation: int, config: dict | None) -> torch.Tensor:
@@ -50,7 +35,7 @@ def _act_and_mul(op: str, x: torch.Tensor, activation: int, config: dict | None)
     n_rows = x_rows.shape[0]
     if n_rows == 0 or d == 0:
         return out
-    plan = _cached_plan(op, d, n_rows) if config is None else _tile_plan(d, config)
+    plan = _cached_plan(op, d, n_rows) if config is None else row_tile_plan(d, config)
     grid = (-(-n_rows // plan.rows_per_program), -(-d // plan.block_cols))
     kernels.act_and_mul_kernel[grid](
         x_rows, out, n_rows, x_rows.stride(0), d,

@@ -8,34 +8,19 @@ rows may be strided (a slice of a wider logits buffer), last dim contiguous.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
-from ...runtime import capabilities, get_config, launch_options, plan_cache, use_triton
-from ..validation import as_rows, checked_mode, power_of_two_at_most, require_number, require_tensor
+from ...runtime import get_config, plan_cache, use_triton
+from ..row_tiles import TilePlan, row_tile_plan
+from ..validation import as_rows, checked_mode, require_number, require_tensor
 from . import kernels, reference
 
 OP = "logit_softcap"
 
 
-@dataclass(frozen=True)
-class TilePlan:
-    block_cols: int
-    rows_per_program: int
-    load_ignores_other: bool
-    launch: dict
-
-
-def _tile_plan(vocab: int, config: dict) -> TilePlan:
-    block_cols = min(1 << max(vocab - 1, 0).bit_length(), power_of_two_at_most(config.get("BLOCK_COLS", 1024)))
-    rows = power_of_two_at_most(config.get("ROWS_PER_PROGRAM", 1))
-    return TilePlan(block_cols, rows, capabilities().load_ignores_other, launch_options(config))
-
-
 @plan_cache
 def _cached_plan(vocab: int, rows: int) -> TilePlan:
-    return _tile_plan(vocab, get_config(OP, vocab_size=vocab, rows=rows))
+    return row_tile_plan(vocab, get_config(OP, vocab_size=vocab, rows=rows))
 
 
 def logit_softcap(logits: torch.Tensor, cap: float, *, check: bool = True, config: dict | None = None) -> torch.Tensor:
@@ -51,7 +36,7 @@ def logit_softcap(logits: torch.Tensor, cap: float, *, check: bool = True, confi
     n_rows, vocab = rows.shape
     if n_rows == 0 or vocab == 0:
         return logits
-    plan = _cached_plan(vocab, n_rows) if config is None else _tile_plan(vocab, config)
+    plan = _cached_plan(vocab, n_rows) if config is None else row_tile_plan(vocab, config)
     grid = (-(-n_rows // plan.rows_per_program), -(-vocab // plan.block_cols))
     kernels.logit_softcap_kernel[grid](
         rows, n_rows, vocab, rows.stride(0), cap,

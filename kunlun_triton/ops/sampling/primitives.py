@@ -11,6 +11,8 @@ the masked lanes are filled with ``tl.where`` after the load, elsewhere with
 import triton
 import triton.language as tl
 
+from ..loads import masked_load  # noqa: F401  (the sampling kernels import it from here with the rest)
+
 # Order-preserving int32 key of fp32 -inf (bits 0xff800000 with the low 31
 # bits flipped, see ordered_key).
 KEY_NEG_INF = tl.constexpr(-2139095041)
@@ -76,15 +78,6 @@ def exponential(stream, ids):
     h = _fmix32(stream + ids.to(tl.uint32) * 0x9E3779B9)
     u = ((h >> 9).to(tl.float32) + 0.5) * 1.1920928955078125e-07
     return -tl.log(u)
-
-
-@triton.jit
-def masked_load(ptrs, mask, fill, IGNORES_OTHER: tl.constexpr):
-    """``tl.load`` with `fill` in the masked lanes, however the target treats `other=`."""
-    if IGNORES_OTHER:
-        return tl.where(mask, tl.load(ptrs, mask=mask), fill)
-    else:
-        return tl.load(ptrs, mask=mask, other=fill)
 
 
 @triton.jit
