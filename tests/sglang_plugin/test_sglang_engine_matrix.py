@@ -18,7 +18,8 @@ the window off, i.e. with what SGLang's model computes.
 CI time: one engine per row (a start is about a minute on 2 cores); the
 Llama row shares the engine of test_sglang_engine_llama.py and the Qwen2 row
 that of test_sglang_engine_qwen2_tp.py (same options, `engines` cache).
-MoE rows run on two ranks (each holding half of every expert's width)."""
+MoE rows run on two ranks (each holding half of every expert's width);
+`test_moe_models_on_one_rank` serves the same two MoE models on one."""
 
 from __future__ import annotations
 
@@ -188,3 +189,24 @@ def test_an_unsupported_option_fails_at_start_up_not_mid_request(tiny_model):
 
     with pytest.raises(UnsupportedFeature, match=r"DeepseekV2ForCausalLM .*--kv-cache-dtype fp8_e4m3.*auto"):
         start_engine(tiny_model("deepseek_v2"), kv_cache_dtype="fp8_e4m3")
+
+
+@pytest.mark.parametrize("arch", ["qwen3_moe", "mixtral"])
+def test_moe_models_on_one_rank(arch, tiny_model, engines):
+    """The matrix serves the MoE rows on two ranks; on one rank each expert is
+    whole (width 48, not 24 per rank): HF's greedy tokens, router and experts
+    on our kernels, one call of each per MoE layer and forward."""
+    from conftest import HFOracle
+
+    from kunlun_triton.sglang_plugin.report import engine_dispatch_report
+
+    path = tiny_model(arch)
+    hf = HFOracle(path)
+    _, prompts = _prompts(hf)
+    engine = engines.get(path, tp_size=1, chunked_prefill_size=CHUNK)
+    first = engine.generate(input_ids=prompts, sampling_params=_greedy())
+    assert [output_ids(o) for o in first] == [hf.greedy(p, NEW) for p in prompts]
+    ops = engine_dispatch_report(engine)[0]["ops"]
+    for name in ("moe_topk", "fused_experts"):
+        assert set(ops[name]["calls"]) == {"triton"}, (arch, name, ops.get(name))
+    assert ops["moe_topk"]["calls"]["triton"] == ops["fused_experts"]["calls"]["triton"] >= 2 * 2
