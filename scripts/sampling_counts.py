@@ -124,7 +124,7 @@ def count_bytes(args) -> list[dict]:
 def programs(args) -> list[tuple[str, int]]:
     from kunlun_triton.ops.sampling import ops
 
-    _, launches, _ = ops.sample_plan(1, args.vocab, cuda_config(args.vocab), target=cuda_target())
+    launches = ops.sample_plan(1, args.vocab, cuda_config(args.vocab), target=cuda_target()).launches
     return [(name, grid[0] * (grid[1] if len(grid) > 1 else 1)) for name, grid, _ in launches]
 
 
@@ -140,13 +140,7 @@ def python_overhead(args) -> dict:
 
     from kunlun_triton.ops.sampling import ops
     from kunlun_triton.runtime import use_triton
-
-    def noop(*args, **kwargs):
-        return None
-
-    class Stub:
-        def __getitem__(self, grid):
-            return noop
+    from kunlun_triton.testing.launches import stubbed_launches
 
     batch, vocab = 64, args.vocab
     logits = torch.empty(batch, vocab)
@@ -162,11 +156,8 @@ def python_overhead(args) -> dict:
         "  of which use_triton (the shared dispatch record)": lambda: use_triton("sample", logits),
         "  for scale: torch.empty(64) on this machine": lambda: torch.empty(64),
     }  # fmt: skip
-    real = {n: getattr(ops._MODULES[n], n) for n in ops._ARGS}
     results = {}
-    try:
-        for n in real:
-            setattr(ops._MODULES[n], n, Stub())
+    with stubbed_launches():
         timers = {name: timeit.Timer(call, timer=time.process_time) for name, call in calls.items()}
         for timer in timers.values():
             timer.timeit(200)
@@ -174,9 +165,6 @@ def python_overhead(args) -> dict:
             for name, timer in timers.items():
                 best = timer.timeit(500) / 500 * 1e6
                 results[name] = min(results.get(name, best), best)
-    finally:
-        for n, k in real.items():
-            setattr(ops._MODULES[n], n, k)
     return results
 
 
@@ -204,12 +192,12 @@ def _sass_child(vocab: int) -> None:
     dtypes = ops.sample_arg_dtypes(torch.bfloat16)
     bin_dir = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
     results, seen = [], set()
-    for spec, (name, _, meta) in zip(ops.plan_kernel_specs(plan, dtypes), plan[1]):
+    for spec, (name, _, meta) in zip(ops.plan_kernel_specs(plan, dtypes), plan.launches):
         if spec.label in seen:
             continue
         seen.add(spec.label)
         options = {k: v for k, v in meta.items() if not k[:1].isupper()}
-        src = ASTSource(fn=getattr(ops._MODULES[name], name), signature=spec.signature, constexprs=spec.constexprs)
+        src = ASTSource(fn=ops._KERNELS[name], signature=spec.signature, constexprs=spec.constexprs)
         compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
         with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
             f.write(compiled.asm["cubin"])

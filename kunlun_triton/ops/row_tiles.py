@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..runtime import capabilities, launch_options
+from .launch import constexpr_args
 from .validation import power_of_two_at_most
 
 
@@ -15,11 +16,15 @@ from .validation import power_of_two_at_most
 class TilePlan:
     block_cols: int
     rows_per_program: int
-    load_ignores_other: bool
+    constexprs: tuple  # the kernel's positional tail (`ops.launch`)
     launch: dict
 
 
-def row_tile_plan(width: int, config: dict) -> TilePlan:
+def row_tile_plan(kernel, width: int, config: dict, **constexprs) -> TilePlan:
+    """The plan of `kernel`, whose signature ends with `constexprs` and
+    BLOCK_COLS, ROWS_PER_PROGRAM, LOAD_IGNORES_OTHER."""
     block_cols = min(1 << max(width - 1, 0).bit_length(), power_of_two_at_most(config.get("BLOCK_COLS", 1024)))
     rows = power_of_two_at_most(config.get("ROWS_PER_PROGRAM", 1))
-    return TilePlan(block_cols, rows, capabilities().load_ignores_other, launch_options(config))
+    constexprs = constexpr_args(kernel, **constexprs, BLOCK_COLS=block_cols, ROWS_PER_PROGRAM=rows,
+                                LOAD_IGNORES_OTHER=capabilities().load_ignores_other)  # fmt: skip
+    return TilePlan(block_cols, rows, constexprs, launch_options(config))

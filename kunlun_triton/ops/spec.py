@@ -69,6 +69,9 @@ class OpCase:
     args: tuple = ()  # the op's positional inputs, for other implementations (SGLang's) to run on
     time_reference: bool = True  # bench times `reference` as "torch" (False: too slow, or not the baseline)
     baselines: dict[str, Callable[[], object]] = field(default_factory=dict)  # more impls for bench to time
+    # The op alone, on inputs it may overwrite (an in-place op's `run` copies
+    # them first): what `kunlun-triton inspect --launcher-us` times. Default: run(None).
+    call: Callable[[], object] | None = None
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ from pathlib import Path
 import yaml
 
 from .config_keys import check_op_config, warn_once
-from .env import env_str, raw_env
+from .env import env_str, raw_env_token
 from .target import Target, current_target
 
 SCALARS = (bool, int, float, str)
@@ -198,7 +198,7 @@ def plan_cache(build):
 
     @functools.wraps(build)
     def cached(*args):
-        key = (current_target(), raw_env("KUNLUN_TRITON_CONFIG_DIR"), args)
+        key = (current_target(), raw_env_token("KUNLUN_TRITON_CONFIG_DIR"), args)
         plan = cache.get(key)
         if plan is None:
             plan = cache[key] = build(*args)

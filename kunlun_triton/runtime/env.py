@@ -29,15 +29,18 @@ _ENV_BYTES = getattr(os.environ, "_data", None) if os.name == "posix" else None
 _encoded: dict = {}
 
 
-def raw_env(name: str) -> str | None:
-    """``os.environ.get(name)``, cheaper: for variables read per op call."""
+def raw_env_token(name: str):
+    """The raw value of `name` (bytes on POSIX, else str; None when unset),
+    undecoded: the same object (``is``) while the variable is left alone, a
+    new one when it is set or unset, equal for equal values. For switches
+    read on every op call: a "same as last time?" test or a dict key costs
+    one lookup, no decoding."""
     if _ENV_BYTES is None:
         return os.environ.get(name)
     key = _encoded.get(name)
     if key is None:
         key = _encoded[name] = os.fsencode(name)
-    value = _ENV_BYTES.get(key)
-    return None if value is None else os.fsdecode(value)
+    return _ENV_BYTES.get(key)
 
 
 def env_str(name: str, default: str | None = None) -> str | None:
@@ -67,7 +70,7 @@ def cached_flag(name: str, default: bool):
     parsed: dict = {}
 
     def read() -> bool:
-        raw = raw_env(name)
+        raw = raw_env_token(name)
         value = parsed.get(raw)
         if value is None:
             value = parsed[raw] = env_flag(name, default)

@@ -11,9 +11,10 @@ knows no CPU), so the platform registers the mode for the ``CPU`` key
 itself: SGLang's log-softmax and mean kernels (per row, under the Triton
 interpreter), and for the GEMMs one fixed-shape host GEMV per row. SGLang's
 persistent GEMM kernel is not used on the host: under the interpreter its
-``tl.dot`` is numpy's matmul, whose rounding depends on the row's lane in
-the tile (tests/sglang_plugin/test_sglang_deterministic.py shows it), so a
-request's logits would change with its position in the batch.
+``tl.dot`` is numpy's matmul, whose rounding may depend on the row's lane in
+the tile (it did with one build machine's BLAS, not with another's: it is
+the BLAS's choice), so a request's logits could change with its position in
+the batch. The per-row GEMV is invariant on every CPU.
 
 Deterministic sampling: SGLang then forces its ``pytorch`` sampler, whose
 seeded Gumbel draw hashes (seed, position, vocabulary id) with

@@ -185,7 +185,7 @@ def launcher_overhead(name, spec, target, shape, dtype, sglang_call=None) -> dic
     cpu = Target(target.name, target.arch, "cpu", target.reason)
     with targeting(cpu):
         case = spec.make_case(shape, dtype, "cpu")
-        calls = {"ours": lambda: case.run(None)}
+        calls = {"ours": case.call or (lambda: case.run(None))}
         if sglang_call is not None:
             calls["sglang"] = sglang_call(shape, dtype, "cpu")
         # a yardstick for this machine's speed, measured alongside

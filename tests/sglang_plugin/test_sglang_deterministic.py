@@ -103,26 +103,3 @@ def test_host_batch_invariant_ops_are_row_invariant():
         disable_on_host()
     # the CPU's own GEMM is what needed replacing (it blocks rows by the batch size)
     assert not all(plain), "torch's host GEMM was row-invariant here: the replacement is untested"
-
-
-def test_sglang_persistent_gemm_is_lane_variant_under_the_interpreter():
-    """SGLang's batch-invariant GEMM kernel, run under our target on the CPU:
-    tl.dot is numpy's matmul there, whose rounding depends on a row's lane in
-    the tile, so the same row gives other bits at another batch position.
-    (On a GPU each lane's MMA result is its own; the kernel is invariant.)"""
-    import triton
-    from sglang.srt.batch_invariant_ops.batch_invariant_ops import matmul_kernel_persistent
-
-    def gemm(x, w):
-        c = torch.empty(x.shape[0], w.shape[1])
-        tiles = triton.cdiv(x.shape[0], 32) * triton.cdiv(w.shape[1], 32)
-        matmul_kernel_persistent[(tiles,)](
-            x, w, c, None, x.shape[0], w.shape[1], x.shape[1], x.stride(0), x.stride(1), w.stride(0), w.stride(1),
-            c.stride(0), c.stride(1), BLOCK_SIZE_M=32, BLOCK_SIZE_N=32, BLOCK_SIZE_K=32, GROUP_SIZE_M=8,
-            NUM_SMS=tiles, A_LARGE=False, B_LARGE=False, C_LARGE=False, HAS_BIAS=False)  # fmt: skip
-        return c
-
-    gen = torch.Generator().manual_seed(1)
-    a, b = torch.randn(32, 64, generator=gen), torch.randn(64, 32, generator=gen)
-    torch.testing.assert_close(gemm(a, b), (a.double() @ b.double()).float())  # it does run here
-    assert not all(_rows_alone_and_batched(gemm, a, b))

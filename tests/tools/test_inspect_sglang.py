@@ -38,11 +38,15 @@ def test_decode_main_loop_costs_no_more_than_sglangs(report):
 def test_extend_loops_cost_no_more_than_sglangs_per_key(report):
     ours, theirs = _kernel(report, "extend_attention", "ours"), _kernel(report, "extend_attention", "sglang")
     assert ours["spill_bytes"] == 0
-    # ours: prefix whole tiles, prefix ragged tile, causal whole tiles, causal diagonal;
-    # SGLang: prefix, causal (every tile masked). Same BLOCK_N (64).
+    # ours: prefix whole tiles, prefix ragged tile, causal whole tiles, causal diagonal,
+    # then the same four again screening hidden values (the rerun of a block
+    # that came out NaN); SGLang: prefix, causal (every tile masked). Same BLOCK_N (64).
     assert ours["items_per_loop"] == theirs["items_per_loop"]
-    prefix, _, causal, _ = ours["loops"]
-    assert prefix <= theirs["loops"][0] and causal <= theirs["loops"][1], (ours["loops"], theirs["loops"])
+    assert len(ours["loops"]) == 8, ours["loops"]
+    prefix, ragged, causal, diagonal = ours["loops"][:4]
+    their_prefix, their_causal = theirs["loops"]
+    assert prefix <= their_prefix and ragged <= their_causal, (ours["loops"], theirs["loops"])
+    assert causal <= their_causal and diagonal <= their_causal, (ours["loops"], theirs["loops"])
 
 
 @pytest.mark.parametrize("batch, context", [(1, 4096), (1, 16384), (8, 32768), (64, 4096), (256, 1024)])

@@ -23,9 +23,13 @@ def _check_input(op: str, x) -> None:
         raise ValueError(f"{op}: x's last dim must be even ([gate | up]), got {x.shape[-1]}")
 
 
+def _tile_plan(d: int, config: dict, activation: int) -> TilePlan:
+    return row_tile_plan(kernels.act_and_mul_kernel, d, config, D=d, ACTIVATION=activation)
+
+
 @plan_cache
-def _cached_plan(op: str, d: int, rows: int) -> TilePlan:
-    return row_tile_plan(d, get_config(op, hidden_size=d, rows=rows))
+def _cached_plan(op: str, d: int, rows: int, activation: int) -> TilePlan:
+    return _tile_plan(d, get_config(op, hidden_size=d, rows=rows), activation)
 
 
 def _act_and_mul(op: str, x: torch.Tensor, activation: int, config: dict | None) -> torch.Tensor:
@@ -35,13 +39,9 @@ def _act_and_mul(op: str, x: torch.Tensor, activation: int, config: dict | None)
     n_rows = x_rows.shape[0]
     if n_rows == 0 or d == 0:
         return out
-    plan = _cached_plan(op, d, n_rows) if config is None else row_tile_plan(d, config)
+    plan = _cached_plan(op, d, n_rows, activation) if config is None else _tile_plan(d, config, activation)
     grid = (-(-n_rows // plan.rows_per_program), -(-d // plan.block_cols))
-    kernels.act_and_mul_kernel[grid](
-        x_rows, out, n_rows, x_rows.stride(0), d,
-        D=d, BLOCK_COLS=plan.block_cols, ROWS_PER_PROGRAM=plan.rows_per_program, ACTIVATION=activation,
-        LOAD_IGNORES_OTHER=plan.load_ignores_other, **plan.launch,
-    )  # fmt: skip
+    kernels.act_and_mul_kernel[grid](x_rows, out, n_rows, x_rows.stride(0), d, *plan.constexprs, **plan.launch)
     return out
 
 

@@ -35,11 +35,14 @@ backend makes one per decode step, `decode_workspace`), else per call.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import triton
 import triton.language as tl
 
-from ...runtime import INDEX_DTYPES, use_triton
+from ...runtime import INDEX_DTYPES, plan_cache, use_triton
+from ..launch import constexpr_args
 from ..loads import masked_load
 from ..validation import (
     check_indptr,
@@ -52,7 +55,7 @@ from ..validation import (
 )
 from . import reference
 from .decode_splits import DecodeWorkspace, _plan, check_workspace, split_policy
-from .shared import check_formulation, check_kv_pool, cdiv, needs_int64, window_constexpr
+from .shared import AttentionPlan, check_formulation, check_kv_pool, cdiv, needs_int64, window_constexpr
 from .tiles import finish_rows, load_tile, online_softmax_update, scale_and_cap, scores
 
 OP = "decode_attention"
@@ -250,6 +253,38 @@ def decode_merge_kernel(
 # ---- launcher ------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class DecodeLaunch:
+    """A shape class's plan and both kernels' constexprs in signature order
+    (`ops.launch`): built once, so a call only computes its grid."""
+
+    plan: AttentionPlan
+    head_blocks: int
+    merge_head_blocks: int
+    partial: tuple
+    merge: tuple
+
+
+def _launch_plan(config, dtype, head_dim, v_dim, group, formulation, logit_cap, window, pool_i64) -> DecodeLaunch:
+    plan = _plan(config, dtype, head_dim, v_dim, group, formulation)
+    head_blocks, merge_head_blocks = cdiv(group, plan.block_h), cdiv(group, plan.merge_block_h)
+    partial = constexpr_args(
+        decode_partial_kernel, GROUP=group, HEAD_DIM=head_dim, V_DIM=v_dim, BLOCK_H=plan.block_h,
+        HEAD_BLOCKS=head_blocks, BLOCK_D=plan.block_d, BLOCK_DPE=plan.block_dpe, BLOCK_DV=plan.block_dv,
+        BLOCK_N=plan.block_n, LOGIT_CAP=logit_cap, WINDOW=window, USE_DOT=plan.use_dot, DOT_FP32=plan.dot_fp32,
+        POOL_I64=pool_i64, LOAD_IGNORES_OTHER=plan.load_ignores_other)  # fmt: skip
+    merge = constexpr_args(
+        decode_merge_kernel, GROUP=group, V_DIM=v_dim, BLOCK_H=plan.merge_block_h, HEAD_BLOCKS=merge_head_blocks,
+        BLOCK_DV=plan.merge_block_dv, BLOCK_N=plan.block_n, WINDOW=window,
+        LOAD_IGNORES_OTHER=plan.load_ignores_other)  # fmt: skip
+    return DecodeLaunch(plan, head_blocks, merge_head_blocks, partial, merge)
+
+
+@plan_cache
+def _cached_launch_plan(*args) -> DecodeLaunch:
+    return _launch_plan(None, *args)
+
+
 def _validate(q, k_buffer, v_buffer, o, kv_indptr, kv_indices, workspace):
     require_tensor(OP, "q", q, ndim=3)
     require_tensor(OP, "o", o, ndim=3)
@@ -334,7 +369,9 @@ def decode_attention(
         return reference.decode_attention(q, k_buffer, v_buffer, o, kv_indptr, kv_indices, sm_scale, logit_cap, window)
 
     kv_heads, v_dim = k_buffer.shape[1], v_buffer.shape[2]
-    plan = _plan(config, q.dtype, head_dim, v_dim, group, formulation)
+    shape_class = (q.dtype, head_dim, v_dim, group, formulation, logit_cap, window, needs_int64(k_buffer, v_buffer))
+    launch = _cached_launch_plan(*shape_class) if config is None else _launch_plan(config, *shape_class)
+    plan = launch.plan
     if workspace is None:
         total = kv_indices.shape[0]  # bounds the longest request: no split beyond it is ever used
         split_tokens, max_splits = split_policy(plan, batch, kv_heads, num_kv_splits, split_tile_size, total)
@@ -344,22 +381,14 @@ def decode_attention(
     else:
         part_out, part_lse, split_tokens = workspace.part_out, workspace.part_lse, workspace.split_tokens
         max_splits = part_out.shape[2]
-    head_blocks, merge_head_blocks = cdiv(group, plan.block_h), cdiv(group, plan.merge_block_h)
-    decode_partial_kernel[(batch, kv_heads * head_blocks, max_splits)](
+    decode_partial_kernel[(batch, kv_heads * launch.head_blocks, max_splits)](
         q, k_buffer, v_buffer, kv_indptr, kv_indices, part_out, part_lse,
         sm_scale, split_tokens, max_splits, q_heads,
         q.stride(0), q.stride(1), k_buffer.stride(0), k_buffer.stride(1), v_buffer.stride(0), v_buffer.stride(1),
-        GROUP=group, HEAD_DIM=head_dim, V_DIM=v_dim, BLOCK_H=plan.block_h, HEAD_BLOCKS=head_blocks,
-        BLOCK_D=plan.block_d, BLOCK_DPE=plan.block_dpe, BLOCK_DV=plan.block_dv, BLOCK_N=plan.block_n,
-        LOGIT_CAP=logit_cap, WINDOW=window, USE_DOT=plan.use_dot,
-        DOT_FP32=plan.dot_fp32, POOL_I64=needs_int64(k_buffer, v_buffer), LOAD_IGNORES_OTHER=plan.load_ignores_other,
-        **plan.launch,
+        *launch.partial, **plan.launch,
     )  # fmt: skip
-    decode_merge_kernel[(batch, kv_heads * merge_head_blocks)](
+    decode_merge_kernel[(batch, kv_heads * launch.merge_head_blocks)](
         part_out, part_lse, o, kv_indptr, split_tokens, max_splits, q_heads, o.stride(0), o.stride(1),
-        GROUP=group, V_DIM=v_dim, BLOCK_H=plan.merge_block_h, HEAD_BLOCKS=merge_head_blocks,
-        BLOCK_DV=plan.merge_block_dv, BLOCK_N=plan.block_n,
-        WINDOW=window, LOAD_IGNORES_OTHER=plan.load_ignores_other,
-        **plan.launch,
+        *launch.merge, **plan.launch,
     )  # fmt: skip
     return o

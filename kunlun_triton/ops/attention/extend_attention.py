@@ -15,8 +15,11 @@ cut into whole tiles every row of the block sees (loaded and scored without
 masks: most of a long context) and masked tiles (a ragged end, the causal
 diagonal, a sliding window's edge), each kind its own loop.
 
-A key a row cannot see never reaches it, whatever its K or V holds (see
-`extend_tile`); a NaN a row does see makes its output NaN.
+A key a row cannot see never reaches it, whatever its K or V holds; a NaN
+a row does see makes its output NaN. With tl.dot and heads up to 256
+wide the loops only hide scores (SGLang's cost per tile) and the rare block
+whose rows come out NaN runs again with the hidden values screened
+(`extend_tile`, `extend_kernel`); elsewhere the one pass screens.
 
 Unified mode (``unified_kv=True``, deterministic inference): kv_indices list
 the whole sequence, prefix and new tokens (store_kv wrote them first), and a
@@ -37,6 +40,7 @@ import triton
 import triton.language as tl
 
 from ...runtime import INDEX_DTYPES, get_config, plan_cache, use_triton
+from ..launch import constexpr_args
 from ..loads import masked_load
 from ..validation import (
     check_indptr,
@@ -49,51 +53,18 @@ from ..validation import (
 )
 from . import reference
 from .shared import AttentionPlan, attention_plan, cdiv, check_formulation, check_kv_pool, needs_int64, window_constexpr
-from .tiles import finish_rows, load_tile, online_softmax_update, scale_and_cap, scores
+from .tiles import (
+    finish_rows,
+    load_tile,
+    online_softmax_update,
+    scale_and_cap,
+    scores,
+    stream_rows,
+    value_poison,
+    visibility,
+)
 
 OP = "extend_attention"
-
-
-@triton.jit
-def stream_rows(index_ptr, row_base, offs_n, n_mask, PAGED: tl.constexpr, MASKED: tl.constexpr,
-                INDEX_I64: tl.constexpr, LOAD_IGNORES_OTHER: tl.constexpr):  # fmt: skip
-    """The K/V rows of a stream's keys `offs_n`: pool slots index_ptr[n] when
-    PAGED, else row_base + n."""
-    if PAGED:
-        if MASKED:
-            rows = masked_load(index_ptr + offs_n, n_mask, 0, LOAD_IGNORES_OTHER)
-        else:
-            rows = tl.load(index_ptr + offs_n)
-    else:
-        rows = row_base + offs_n
-    if INDEX_I64:
-        rows = rows.to(tl.int64)
-    return rows
-
-
-@triton.jit
-def visibility(q_pos, offs_n, n_mask, CAUSAL: tl.constexpr, WINDOW: tl.constexpr):
-    """[M, N]: query row i (at q_pos[i], counted in the stream's key
-    positions) sees key n < hi when, if CAUSAL, n <= q_pos[i] and, with a
-    WINDOW, q_pos[i] - n <= WINDOW. (CAUSAL alone implies n < hi for every
-    real row; the block's padding rows beyond the extend are never stored.)"""
-    if CAUSAL:
-        visible = offs_n[None, :] <= q_pos[:, None]
-    else:
-        visible = n_mask[None, :]
-    if WINDOW > 0:
-        visible = visible & (q_pos[:, None] - offs_n[None, :] <= WINDOW)
-    return visible
-
-
-@triton.jit
-def value_poison(v_ptrs, n_mask, dv_mask, MASK_DV: tl.constexpr, LOAD_IGNORES_OTHER: tl.constexpr):
-    """[N] fp32: NaN for a key whose value row holds an inf or NaN, else 0
-    (sum_d 0 * v_d: 0 * inf and 0 * NaN are NaN, in v's own dtype). A
-    second, plain-layout read of the tile (cached): checking the tile the
-    dot consumes would move it from shared memory through registers."""
-    v = load_tile(v_ptrs, n_mask, dv_mask, True, MASK_DV, LOAD_IGNORES_OTHER)
-    return tl.sum(v * 0.0, axis=1).to(tl.float32)
 
 
 @triton.jit
@@ -101,15 +72,17 @@ def extend_tile(q, q_pe, m_i, l_i, acc, n0, hi, q_pos, index_ptr, row_base, k_he
                 v_stride, sm_scale, offs_d, offs_dpe, offs_dv, d_mask, dpe_mask, dv_mask, BLOCK_N: tl.constexpr, MASKED: tl.constexpr,
                 CAUSAL: tl.constexpr, WINDOW: tl.constexpr, PAGED: tl.constexpr, MASK_D: tl.constexpr, MASK_DPE: tl.constexpr,
                 BLOCK_DPE: tl.constexpr, MASK_DV: tl.constexpr, LOGIT_CAP: tl.constexpr, USE_DOT: tl.constexpr, DOT_FP32: tl.constexpr,
-                INDEX_I64: tl.constexpr, LOAD_IGNORES_OTHER: tl.constexpr):  # fmt: skip
+                INDEX_I64: tl.constexpr, LOAD_IGNORES_OTHER: tl.constexpr, SCREEN_HIDDEN: tl.constexpr):  # fmt: skip
     """Fold keys n0 .. n0 + BLOCK_N of one stream into the block's softmax.
 
     A full tile (MASKED false) is seen whole by every query row: no masks.
-    A masked tile hides keys by `visibility`. Where that leaves loaded keys
-    some rows cannot see (CAUSAL, a WINDOW), a key whose value row holds an
-    inf or NaN is loaded as zeros (its weight for a row that cannot see it
-    is exactly 0, but 0 * inf is NaN) and scores NaN for the rows that do
-    see it, so their output is NaN: a visible NaN stays visible."""
+    A masked tile hides keys by `visibility`. With SCREEN_HIDDEN (the rerun
+    of a block that came out NaN, `extend_kernel`), where that leaves loaded
+    keys some rows cannot see (CAUSAL, a WINDOW), a key whose value row
+    holds an inf or NaN is loaded as zeros (its weight for a row that
+    cannot see it is exactly 0, but 0 * inf is NaN) and scores NaN for the
+    rows that do see it, so their output is NaN: a visible NaN stays
+    visible."""
     offs_n = n0 + tl.arange(0, BLOCK_N)
     n_mask = offs_n < hi
     rows = stream_rows(index_ptr, row_base, offs_n, n_mask, PAGED, MASKED, INDEX_I64, LOAD_IGNORES_OTHER)
@@ -124,7 +97,7 @@ def extend_tile(q, q_pe, m_i, l_i, acc, n0, hi, q_pos, index_ptr, row_base, k_he
     v_ptrs = v_head_ptr + rows[:, None] * v_stride + offs_dv[None, :]
     if MASKED:
         visible = visibility(q_pos, offs_n, n_mask, CAUSAL, WINDOW)
-        if CAUSAL or WINDOW > 0:
+        if SCREEN_HIDDEN and (CAUSAL or WINDOW > 0):
             poison = value_poison(v_ptrs, n_mask, dv_mask, MASK_DV, LOAD_IGNORES_OTHER)
             s = tl.where(visible, s + poison[None, :], float("-inf"))
             v = load_tile(v_ptrs, n_mask & (poison == 0.0), dv_mask, True, MASK_DV, LOAD_IGNORES_OTHER)
@@ -142,7 +115,7 @@ def extend_stream(q, q_pe, m_i, l_i, acc, lo, full_lo, full_hi, hi, q_pos, index
                   v_head_ptr, k_stride, v_stride, sm_scale, offs_d, offs_dpe, offs_dv, d_mask, dpe_mask, dv_mask, BLOCK_N: tl.constexpr,
                   CAUSAL: tl.constexpr, WINDOW: tl.constexpr, PAGED: tl.constexpr, MASK_D: tl.constexpr, MASK_DPE: tl.constexpr,
                   BLOCK_DPE: tl.constexpr, MASK_DV: tl.constexpr, LOGIT_CAP: tl.constexpr, USE_DOT: tl.constexpr, DOT_FP32: tl.constexpr,
-                  INDEX_I64: tl.constexpr, LOAD_IGNORES_OTHER: tl.constexpr):  # fmt: skip
+                  INDEX_I64: tl.constexpr, LOAD_IGNORES_OTHER: tl.constexpr, SCREEN_HIDDEN: tl.constexpr):  # fmt: skip
     """Keys [lo, hi) of one stream in tiles of BLOCK_N from lo: masked tiles
     up to the first tile inside [full_lo, full_hi) (a window's edge), full
     tiles while they stay inside it, masked tiles after (ragged end, causal
@@ -155,17 +128,71 @@ def extend_stream(q, q_pe, m_i, l_i, acc, lo, full_lo, full_hi, hi, q_pos, index
             m_i, l_i, acc = extend_tile(
                 q, q_pe, m_i, l_i, acc, n0, hi, q_pos, index_ptr, row_base, k_head_ptr, v_head_ptr, k_stride,
                 v_stride, sm_scale, offs_d, offs_dpe, offs_dv, d_mask, dpe_mask, dv_mask, BLOCK_N, True, CAUSAL, WINDOW, PAGED, MASK_D, MASK_DPE, BLOCK_DPE,
-                MASK_DV, LOGIT_CAP, USE_DOT, DOT_FP32, INDEX_I64, LOAD_IGNORES_OTHER)  # fmt: skip
+                MASK_DV, LOGIT_CAP, USE_DOT, DOT_FP32, INDEX_I64, LOAD_IGNORES_OTHER, SCREEN_HIDDEN)  # fmt: skip
     for n0 in range(head_end, tail_start, BLOCK_N):
         m_i, l_i, acc = extend_tile(
             q, q_pe, m_i, l_i, acc, n0, hi, q_pos, index_ptr, row_base, k_head_ptr, v_head_ptr, k_stride,
             v_stride, sm_scale, offs_d, offs_dpe, offs_dv, d_mask, dpe_mask, dv_mask, BLOCK_N, False, CAUSAL, WINDOW, PAGED, MASK_D, MASK_DPE, BLOCK_DPE,
-            MASK_DV, LOGIT_CAP, USE_DOT, DOT_FP32, INDEX_I64, LOAD_IGNORES_OTHER)  # fmt: skip
+            MASK_DV, LOGIT_CAP, USE_DOT, DOT_FP32, INDEX_I64, LOAD_IGNORES_OTHER, SCREEN_HIDDEN)  # fmt: skip
     for n0 in range(tail_start, hi, BLOCK_N):
         m_i, l_i, acc = extend_tile(
             q, q_pe, m_i, l_i, acc, n0, hi, q_pos, index_ptr, row_base, k_head_ptr, v_head_ptr, k_stride,
             v_stride, sm_scale, offs_d, offs_dpe, offs_dv, d_mask, dpe_mask, dv_mask, BLOCK_N, True, CAUSAL, WINDOW, PAGED, MASK_D, MASK_DPE, BLOCK_DPE,
-            MASK_DV, LOGIT_CAP, USE_DOT, DOT_FP32, INDEX_I64, LOAD_IGNORES_OTHER)  # fmt: skip
+            MASK_DV, LOGIT_CAP, USE_DOT, DOT_FP32, INDEX_I64, LOAD_IGNORES_OTHER, SCREEN_HIDDEN)  # fmt: skip
+    return m_i, l_i, acc
+
+
+@triton.jit
+def attend_block(q, q_pe, offs_m, m0, m_last, prefix_len, q_start, kv_start, kv_head, k_extend_ptr, v_extend_ptr,
+                 k_buffer_ptr, v_buffer_ptr, kv_indices_ptr, ke_stride_t, ke_stride_h, ve_stride_t, ve_stride_h,
+                 kb_stride_s, kb_stride_h, vb_stride_s, vb_stride_h, sm_scale, offs_d, offs_dpe, offs_dv, d_mask,
+                 dpe_mask, dv_mask, HEAD_DIM: tl.constexpr, V_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                 BLOCK_D: tl.constexpr, BLOCK_DPE: tl.constexpr, BLOCK_DV: tl.constexpr, LOGIT_CAP: tl.constexpr,
+                 WINDOW: tl.constexpr, USE_DOT: tl.constexpr, DOT_FP32: tl.constexpr, INDEX_I64: tl.constexpr,
+                 LOAD_IGNORES_OTHER: tl.constexpr, UNIFIED: tl.constexpr, SCREEN_HIDDEN: tl.constexpr):  # fmt: skip
+    """One online softmax of the block's rows over every key they see: (m, l, acc)."""
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_DV], dtype=tl.float32)
+
+    if UNIFIED:
+        # One paged stream over the whole sequence, causal, on tiles from
+        # position 0 (a window's first tile rounded down onto that grid).
+        lo, full_lo = 0, 0
+        if WINDOW > 0:
+            lo = tl.maximum(prefix_len + m0 - WINDOW, 0) // BLOCK_N * BLOCK_N
+            full_lo = prefix_len + m_last - WINDOW
+        m_i, l_i, acc = extend_stream(
+            q, q_pe, m_i, l_i, acc, lo, full_lo, prefix_len + m0 + 1, prefix_len + m_last + 1, prefix_len + offs_m,
+            kv_indices_ptr + kv_start, 0, k_buffer_ptr + kv_head * kb_stride_h, v_buffer_ptr + kv_head * vb_stride_h,
+            kb_stride_s, vb_stride_s, sm_scale, offs_d, offs_dpe, offs_dv, d_mask, dpe_mask, dv_mask, BLOCK_N, True,
+            WINDOW, True, BLOCK_D > HEAD_DIM, BLOCK_D + BLOCK_DPE > HEAD_DIM, BLOCK_DPE, BLOCK_DV != V_DIM, LOGIT_CAP,
+            USE_DOT, DOT_FP32, INDEX_I64, LOAD_IGNORES_OTHER, SCREEN_HIDDEN)  # fmt: skip
+    else:
+        # Stream 1: the cached prefix, keys at positions 0 .. prefix_len - 1; query
+        # row m sits at position prefix_len + m.
+        lo, full_lo = 0, 0
+        if WINDOW > 0:
+            lo = tl.maximum(prefix_len + m0 - WINDOW, 0)
+            full_lo = prefix_len + m_last - WINDOW
+        m_i, l_i, acc = extend_stream(
+            q, q_pe, m_i, l_i, acc, lo, full_lo, prefix_len, prefix_len, prefix_len + offs_m,
+            kv_indices_ptr + kv_start, 0, k_buffer_ptr + kv_head * kb_stride_h, v_buffer_ptr + kv_head * vb_stride_h,
+            kb_stride_s, vb_stride_s, sm_scale, offs_d, offs_dpe, offs_dv, d_mask, dpe_mask, dv_mask, BLOCK_N, False, WINDOW, True,
+            BLOCK_D > HEAD_DIM, BLOCK_D + BLOCK_DPE > HEAD_DIM, BLOCK_DPE, BLOCK_DV != V_DIM, LOGIT_CAP, USE_DOT, DOT_FP32, INDEX_I64, LOAD_IGNORES_OTHER, SCREEN_HIDDEN)  # fmt: skip
+
+        # Stream 2: the new tokens themselves, causal: key n (at prefix_len + n) is
+        # seen by rows m >= n; keys up to m0 by the whole block; none past m_last.
+        lo, full_lo = 0, 0
+        if WINDOW > 0:
+            lo = tl.maximum(m0 - WINDOW, 0)
+            full_lo = m_last - WINDOW
+        m_i, l_i, acc = extend_stream(
+            q, q_pe, m_i, l_i, acc, lo, full_lo, m0 + 1, m_last + 1, offs_m, kv_indices_ptr, q_start,
+            k_extend_ptr + kv_head * ke_stride_h, v_extend_ptr + kv_head * ve_stride_h, ke_stride_t, ve_stride_t,
+            sm_scale, offs_d, offs_dpe, offs_dv, d_mask, dpe_mask, dv_mask, BLOCK_N, True, WINDOW, False, BLOCK_D > HEAD_DIM, BLOCK_D + BLOCK_DPE > HEAD_DIM, BLOCK_DPE,
+            BLOCK_DV != V_DIM, LOGIT_CAP, USE_DOT, DOT_FP32, INDEX_I64, LOAD_IGNORES_OTHER, SCREEN_HIDDEN)  # fmt: skip
+
     return m_i, l_i, acc
 
 
@@ -208,6 +235,7 @@ def extend_kernel(
     INDEX_I64: tl.constexpr,
     LOAD_IGNORES_OTHER: tl.constexpr,
     UNIFIED: tl.constexpr,
+    SCREEN_INLINE: tl.constexpr,
 ):
     b = tl.program_id(0)
     head = tl.program_id(1)
@@ -244,63 +272,56 @@ def extend_kernel(
     else:
         offs_dpe, dpe_mask, q_pe = offs_d, d_mask, q
 
-    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
-    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-    acc = tl.zeros([BLOCK_M, BLOCK_DV], dtype=tl.float32)
-
-    if UNIFIED:
-        # One paged stream over the whole sequence, causal, on tiles from
-        # position 0 (a window's first tile rounded down onto that grid).
-        lo, full_lo = 0, 0
-        if WINDOW > 0:
-            lo = tl.maximum(prefix_len + m0 - WINDOW, 0) // BLOCK_N * BLOCK_N
-            full_lo = prefix_len + m_last - WINDOW
-        m_i, l_i, acc = extend_stream(
-            q, q_pe, m_i, l_i, acc, lo, full_lo, prefix_len + m0 + 1, prefix_len + m_last + 1, prefix_len + offs_m,
-            kv_indices_ptr + kv_start, 0, k_buffer_ptr + kv_head * kb_stride_h, v_buffer_ptr + kv_head * vb_stride_h,
-            kb_stride_s, vb_stride_s, sm_scale, offs_d, offs_dpe, offs_dv, d_mask, dpe_mask, dv_mask, BLOCK_N, True,
-            WINDOW, True, BLOCK_D > HEAD_DIM, BLOCK_D + BLOCK_DPE > HEAD_DIM, BLOCK_DPE, BLOCK_DV != V_DIM, LOGIT_CAP,
-            USE_DOT, DOT_FP32, INDEX_I64, LOAD_IGNORES_OTHER)  # fmt: skip
-    else:
-        # Stream 1: the cached prefix, keys at positions 0 .. prefix_len - 1; query
-        # row m sits at position prefix_len + m.
-        lo, full_lo = 0, 0
-        if WINDOW > 0:
-            lo = tl.maximum(prefix_len + m0 - WINDOW, 0)
-            full_lo = prefix_len + m_last - WINDOW
-        m_i, l_i, acc = extend_stream(
-            q, q_pe, m_i, l_i, acc, lo, full_lo, prefix_len, prefix_len, prefix_len + offs_m,
-            kv_indices_ptr + kv_start, 0, k_buffer_ptr + kv_head * kb_stride_h, v_buffer_ptr + kv_head * vb_stride_h,
-            kb_stride_s, vb_stride_s, sm_scale, offs_d, offs_dpe, offs_dv, d_mask, dpe_mask, dv_mask, BLOCK_N, False, WINDOW, True,
-            BLOCK_D > HEAD_DIM, BLOCK_D + BLOCK_DPE > HEAD_DIM, BLOCK_DPE, BLOCK_DV != V_DIM, LOGIT_CAP, USE_DOT, DOT_FP32, INDEX_I64, LOAD_IGNORES_OTHER)  # fmt: skip
-
-        # Stream 2: the new tokens themselves, causal: key n (at prefix_len + n) is
-        # seen by rows m >= n; keys up to m0 by the whole block; none past m_last.
-        lo, full_lo = 0, 0
-        if WINDOW > 0:
-            lo = tl.maximum(m0 - WINDOW, 0)
-            full_lo = m_last - WINDOW
-        m_i, l_i, acc = extend_stream(
-            q, q_pe, m_i, l_i, acc, lo, full_lo, m0 + 1, m_last + 1, offs_m, kv_indices_ptr, q_start,
-            k_extend_ptr + kv_head * ke_stride_h, v_extend_ptr + kv_head * ve_stride_h, ke_stride_t, ve_stride_t,
-            sm_scale, offs_d, offs_dpe, offs_dv, d_mask, dpe_mask, dv_mask, BLOCK_N, True, WINDOW, False, BLOCK_D > HEAD_DIM, BLOCK_D + BLOCK_DPE > HEAD_DIM, BLOCK_DPE,
-            BLOCK_DV != V_DIM, LOGIT_CAP, USE_DOT, DOT_FP32, INDEX_I64, LOAD_IGNORES_OTHER)  # fmt: skip
+    # A key some row cannot see (the causal future, outside a window) gets
+    # weight 0 from that row, and 0 * inf = NaN: a value row holding an inf
+    # or NaN there would leak into it. With tl.dot that is left to a rerun:
+    # the loops do not screen, and a block whose real rows came out NaN (rare:
+    # a broken model or input) runs again screening the hidden values
+    # (`extend_tile`): one reduction per block when nothing is wrong instead
+    # of a second read of every masked value tile (sm_90, per diagonal tile:
+    # 659 instructions instead of 813 with Triton 3.8, 765 instead of 869
+    # with 3.9; SGLang's: 763 with 3.8). SCREEN_INLINE (the sum formulation,
+    # MLA's 576-wide heads) screens in the one pass instead: there a second
+    # copy of the loops spills (sm_90: Kunlun's 16 x 8 sum tiles 32 B, MLA
+    # 728 B).
+    m_i, l_i, acc = attend_block(
+        q, q_pe, offs_m, m0, m_last, prefix_len, q_start, kv_start, kv_head, k_extend_ptr, v_extend_ptr, k_buffer_ptr,
+        v_buffer_ptr, kv_indices_ptr, ke_stride_t, ke_stride_h, ve_stride_t, ve_stride_h, kb_stride_s, kb_stride_h,
+        vb_stride_s, vb_stride_h, sm_scale, offs_d, offs_dpe, offs_dv, d_mask, dpe_mask, dv_mask, HEAD_DIM, V_DIM,
+        BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DPE, BLOCK_DV, LOGIT_CAP, WINDOW, USE_DOT, DOT_FP32, INDEX_I64, LOAD_IGNORES_OTHER,
+        UNIFIED, SCREEN_INLINE)  # fmt: skip
+    if not SCREEN_INLINE:
+        row_sums = tl.sum(acc, 1)
+        if tl.max(tl.where(m_mask & (row_sums != row_sums), 1, 0), 0) > 0:
+            m_i, l_i, acc = attend_block(
+                q, q_pe, offs_m, m0, m_last, prefix_len, q_start, kv_start, kv_head, k_extend_ptr, v_extend_ptr,
+                k_buffer_ptr, v_buffer_ptr, kv_indices_ptr, ke_stride_t, ke_stride_h, ve_stride_t, ve_stride_h,
+                kb_stride_s, kb_stride_h, vb_stride_s, vb_stride_h, sm_scale, offs_d, offs_dpe, offs_dv, d_mask,
+                dpe_mask, dv_mask, HEAD_DIM, V_DIM, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DPE, BLOCK_DV, LOGIT_CAP, WINDOW,
+                USE_DOT, DOT_FP32, INDEX_I64, LOAD_IGNORES_OTHER, UNIFIED, True)  # fmt: skip
 
     out = finish_rows(acc, l_i)
     tl.store(o_ptr + rows[:, None] * o_stride_t + head * o_stride_h + offs_dv[None, :], out.to(o_ptr.dtype.element_ty),
              mask=m_mask[:, None] & dv_mask[None, :])  # fmt: skip
 
 
-@plan_cache
-def _cached_plan(dtype, head_dim, v_dim, group, formulation):
-    config = get_config(OP, head_dim=head_dim, group=group)
-    return attention_plan(OP, config, dtype, head_dim, v_dim, group, formulation)
-
-
-def _plan(config, dtype, head_dim, v_dim, group, formulation) -> AttentionPlan:
+def _launch_plan(config, dtype, head_dim, v_dim, group, formulation, logit_cap, window, index_i64, unified):
+    """(plan, extend_kernel's constexprs in signature order: `ops.launch`)
+    of a shape class."""
     if config is None:
-        return _cached_plan(dtype, head_dim, v_dim, group, formulation)
-    return attention_plan(OP, config, dtype, head_dim, v_dim, group, formulation)
+        config = get_config(OP, head_dim=head_dim, group=group)
+    plan = attention_plan(OP, config, dtype, head_dim, v_dim, group, formulation)
+    constexprs = constexpr_args(
+        extend_kernel, GROUP=group, HEAD_DIM=head_dim, V_DIM=v_dim, BLOCK_M=plan.block_m, BLOCK_N=plan.block_n,
+        BLOCK_D=plan.block_d, BLOCK_DPE=plan.block_dpe, BLOCK_DV=plan.block_dv, LOGIT_CAP=logit_cap, WINDOW=window,
+        USE_DOT=plan.use_dot, DOT_FP32=plan.dot_fp32, INDEX_I64=index_i64, LOAD_IGNORES_OTHER=plan.load_ignores_other,
+        UNIFIED=unified, SCREEN_INLINE=not plan.use_dot or plan.block_d + plan.block_dpe > 256)  # fmt: skip
+    return plan, constexprs
+
+
+@plan_cache
+def _cached_launch_plan(*args) -> tuple[AttentionPlan, tuple]:
+    return _launch_plan(None, *args)
 
 
 def _validate(q, k, v, o, k_buffer, v_buffer, qo_indptr, kv_indptr, kv_indices, max_len_extend, unified_kv):
@@ -402,7 +423,9 @@ def extend_attention(
                                           kv_indptr, kv_indices, max_len_extend, sm_scale, logit_cap, window)
 
     v_dim = v_buffer.shape[2]
-    plan = _plan(config, q_extend.dtype, head_dim, v_dim, group, formulation)
+    shape_class = (q_extend.dtype, head_dim, v_dim, group, formulation, logit_cap, window,
+                   needs_int64(k_buffer, v_buffer, k_extend, v_extend), bool(unified_kv))  # fmt: skip
+    plan, constexprs = _cached_launch_plan(*shape_class) if config is None else _launch_plan(config, *shape_class)
     # unified: a request's new tokens may start mid-block, one block more
     row_blocks = cdiv(max_len_extend, plan.block_m) + (1 if unified_kv else 0)
     extend_kernel[(batch, q_heads, row_blocks)](
@@ -411,10 +434,6 @@ def extend_attention(
         q_extend.stride(0), q_extend.stride(1), k_extend.stride(0), k_extend.stride(1),
         v_extend.stride(0), v_extend.stride(1), o_extend.stride(0), o_extend.stride(1),
         k_buffer.stride(0), k_buffer.stride(1), v_buffer.stride(0), v_buffer.stride(1),
-        GROUP=group, HEAD_DIM=head_dim, V_DIM=v_dim, BLOCK_M=plan.block_m, BLOCK_N=plan.block_n,
-        BLOCK_D=plan.block_d, BLOCK_DPE=plan.block_dpe, BLOCK_DV=plan.block_dv, LOGIT_CAP=logit_cap, WINDOW=window,
-        USE_DOT=plan.use_dot, DOT_FP32=plan.dot_fp32, INDEX_I64=needs_int64(k_buffer, v_buffer, k_extend, v_extend),
-        LOAD_IGNORES_OTHER=plan.load_ignores_other, UNIFIED=bool(unified_kv),
-        **plan.launch,
+        *constexprs, **plan.launch,
     )  # fmt: skip
     return o_extend

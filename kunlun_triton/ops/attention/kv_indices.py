@@ -86,5 +86,5 @@ def build_kv_indices(req_to_token: torch.Tensor, req_pool_indices: torch.Tensor,
         reference.build_kv_indices(req_to_token, req_pool_indices, seq_lens, kv_indptr, kv_indices)
         return kv_indptr, kv_indices
     build_kv_indices_kernel[(batch,)](req_to_token, req_pool_indices, seq_lens, kv_indptr, kv_indices,
-                                      req_to_token.stride(0), BLOCK=BLOCK)  # fmt: skip
+                                      req_to_token.stride(0), BLOCK)  # fmt: skip
     return kv_indptr, kv_indices

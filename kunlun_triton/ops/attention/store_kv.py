@@ -15,6 +15,7 @@ import triton
 import triton.language as tl
 
 from ...runtime import INDEX_DTYPES, capabilities, get_config, launch_options, plan_cache, use_triton
+from ..launch import constexpr_args
 from ..loads import masked_load
 from ..validation import check_slots, checked_mode, require_same, require_same_device, require_tensor
 from . import reference
@@ -90,20 +91,21 @@ def store_kv_kernel(
 @dataclass(frozen=True)
 class CopyPlan:
     tokens_per_program: int
-    block_c: int
-    load_ignores_other: bool
+    constexprs: tuple  # the kernel's positional tail (`ops.launch`)
     launch: dict
 
 
-def _copy_plan(width: int, config: dict) -> CopyPlan:
+def _copy_plan(heads: int, k_dim: int, v_dim: int, config: dict) -> CopyPlan:
     per_program = int(config.get("TOKENS_PER_PROGRAM", 4))
-    block_c = min(next_power_of_2(width), int(config.get("MAX_BLOCK_C", 1024)))
-    return CopyPlan(per_program, block_c, capabilities().load_ignores_other, launch_options(config))
+    block_c = min(next_power_of_2(heads * max(k_dim, v_dim)), int(config.get("MAX_BLOCK_C", 1024)))
+    constexprs = constexpr_args(store_kv_kernel, HEADS=heads, K_DIM=k_dim, V_DIM=v_dim, TOKENS_PER_PROGRAM=per_program,
+                                BLOCK_C=block_c, LOAD_IGNORES_OTHER=capabilities().load_ignores_other)  # fmt: skip
+    return CopyPlan(per_program, constexprs, launch_options(config))
 
 
 @plan_cache
-def _cached_plan(row_width: int, tokens: int, width: int) -> CopyPlan:
-    return _copy_plan(width, get_config(OP, row_width=row_width, tokens=tokens))
+def _cached_plan(tokens: int, heads: int, k_dim: int, v_dim: int) -> CopyPlan:
+    return _copy_plan(heads, k_dim, v_dim, get_config(OP, row_width=heads * k_dim, tokens=tokens))
 
 
 def store_kv(k, v, k_buffer, v_buffer, out_cache_loc, check: bool = True, *, config: dict | None = None) -> None:
@@ -139,13 +141,9 @@ def store_kv(k, v, k_buffer, v_buffer, out_cache_loc, check: bool = True, *, con
     if not use_triton(OP, *tensors):
         reference.store_kv(k, v, k_buffer, v_buffer, out_cache_loc)
         return
-    width = heads * max(k.shape[2], v.shape[2])
-    plan = _cached_plan(heads * k.shape[2], tokens, width) if config is None else _copy_plan(width, config)
+    k_dim, v_dim = k.shape[2], v.shape[2]
+    plan = _cached_plan(tokens, heads, k_dim, v_dim) if config is None else _copy_plan(heads, k_dim, v_dim, config)
     store_kv_kernel[(-(-tokens // plan.tokens_per_program),)](
-        k, v, k_buffer, v_buffer, out_cache_loc, tokens,
-        k.stride(0), k.stride(1), v.stride(0), v.stride(1),
-        k_buffer.stride(0), k_buffer.stride(1), v_buffer.stride(0), v_buffer.stride(1),
-        HEADS=heads, K_DIM=k.shape[2], V_DIM=v.shape[2],
-        TOKENS_PER_PROGRAM=plan.tokens_per_program, BLOCK_C=plan.block_c,
-        LOAD_IGNORES_OTHER=plan.load_ignores_other, **plan.launch,
-    )  # fmt: skip
+        k, v, k_buffer, v_buffer, out_cache_loc, tokens, k.stride(0), k.stride(1), v.stride(0), v.stride(1),
+        k_buffer.stride(0), k_buffer.stride(1), v_buffer.stride(0), v_buffer.stride(1), *plan.constexprs,
+        **plan.launch)  # fmt: skip

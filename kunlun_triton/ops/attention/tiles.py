@@ -114,3 +114,45 @@ def finish_rows(acc, l_i):
     visible NaN, stays NaN)."""
     no_keys = l_i == 0.0
     return tl.where(no_keys[:, None], 0.0, acc / tl.where(no_keys, 1.0, l_i)[:, None])
+
+
+@triton.jit
+def stream_rows(index_ptr, row_base, offs_n, n_mask, PAGED: tl.constexpr, MASKED: tl.constexpr,
+                INDEX_I64: tl.constexpr, LOAD_IGNORES_OTHER: tl.constexpr):  # fmt: skip
+    """The K/V rows of a stream's keys `offs_n`: pool slots index_ptr[n] when
+    PAGED, else row_base + n."""
+    if PAGED:
+        if MASKED:
+            rows = masked_load(index_ptr + offs_n, n_mask, 0, LOAD_IGNORES_OTHER)
+        else:
+            rows = tl.load(index_ptr + offs_n)
+    else:
+        rows = row_base + offs_n
+    if INDEX_I64:
+        rows = rows.to(tl.int64)
+    return rows
+
+
+@triton.jit
+def visibility(q_pos, offs_n, n_mask, CAUSAL: tl.constexpr, WINDOW: tl.constexpr):
+    """[M, N]: query row i (at q_pos[i], counted in the stream's key
+    positions) sees key n < hi when, if CAUSAL, n <= q_pos[i] and, with a
+    WINDOW, q_pos[i] - n <= WINDOW. (CAUSAL alone implies n < hi for every
+    real row; the block's padding rows beyond the extend are never stored.)"""
+    if CAUSAL:
+        visible = offs_n[None, :] <= q_pos[:, None]
+    else:
+        visible = n_mask[None, :]
+    if WINDOW > 0:
+        visible = visible & (q_pos[:, None] - offs_n[None, :] <= WINDOW)
+    return visible
+
+
+@triton.jit
+def value_poison(v_ptrs, n_mask, dv_mask, MASK_DV: tl.constexpr, LOAD_IGNORES_OTHER: tl.constexpr):
+    """[N] fp32: NaN for a key whose value row holds an inf or NaN, else 0
+    (sum_d 0 * v_d: 0 * inf and 0 * NaN are NaN, in v's own dtype). A
+    second, plain-layout read of the tile (cached): checking the tile the
+    dot consumes would move it from shared memory through registers."""
+    v = load_tile(v_ptrs, n_mask, dv_mask, True, MASK_DV, LOAD_IGNORES_OTHER)
+    return tl.sum(v * 0.0, axis=1).to(tl.float32)

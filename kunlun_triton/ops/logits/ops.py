@@ -20,7 +20,7 @@ OP = "logit_softcap"
 
 @plan_cache
 def _cached_plan(vocab: int, rows: int) -> TilePlan:
-    return row_tile_plan(vocab, get_config(OP, vocab_size=vocab, rows=rows))
+    return row_tile_plan(kernels.logit_softcap_kernel, vocab, get_config(OP, vocab_size=vocab, rows=rows))
 
 
 def logit_softcap(logits: torch.Tensor, cap: float, *, check: bool = True, config: dict | None = None) -> torch.Tensor:
@@ -36,11 +36,10 @@ def logit_softcap(logits: torch.Tensor, cap: float, *, check: bool = True, confi
     n_rows, vocab = rows.shape
     if n_rows == 0 or vocab == 0:
         return logits
-    plan = _cached_plan(vocab, n_rows) if config is None else row_tile_plan(vocab, config)
+    if config is None:
+        plan = _cached_plan(vocab, n_rows)
+    else:
+        plan = row_tile_plan(kernels.logit_softcap_kernel, vocab, config)
     grid = (-(-n_rows // plan.rows_per_program), -(-vocab // plan.block_cols))
-    kernels.logit_softcap_kernel[grid](
-        rows, n_rows, vocab, rows.stride(0), cap,
-        BLOCK_COLS=plan.block_cols, ROWS_PER_PROGRAM=plan.rows_per_program,
-        LOAD_IGNORES_OTHER=plan.load_ignores_other, **plan.launch,
-    )  # fmt: skip
+    kernels.logit_softcap_kernel[grid](rows, n_rows, vocab, rows.stride(0), cap, *plan.constexprs, **plan.launch)
     return logits

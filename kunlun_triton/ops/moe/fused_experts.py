@@ -36,6 +36,7 @@ import triton.language as tl
 
 from ...runtime import capabilities, get_config, launch_options, plan_cache, use_triton
 from ...runtime.dtypes import INDEX_DTYPES
+from ..launch import constexpr_args
 from ..validation import (
     checked_mode,
     power_of_two_at_most,
@@ -274,22 +275,26 @@ class _Plan:
                 bk //= 2
             while bm * dbk * dbn > SUM_TILE_CAP and dbk > 1:
                 dbk //= 2
-        options = launch_options(config)
+        # every kernel's constexprs, in its signature's order (`ops.launch`)
+        self.options = launch_options(config)
         common = dict(H=hidden, I=inter, BLOCK_M=bm, USE_DOT=use_dot, DOT_FP32=dot_fp32, ZERO_AFTER_LOAD=zero)
-        self.gate_up = dict(common, TOP_K=top_k, BLOCK_N=bn, BLOCK_K=bk, ACTIVATION=ACTIVATIONS.index(activation),
-                            WEIGHT_ON_INPUT=on_input, **options)  # fmt: skip
-        self.down = dict(common, BLOCK_N=dbn, BLOCK_K=dbk, MUL_WEIGHT=not on_input, **options)
+        self.gate_up = constexpr_args(moe_gate_up_kernel, **common, TOP_K=top_k, BLOCK_N=bn, BLOCK_K=bk,
+                                      ACTIVATION=ACTIVATIONS.index(activation), WEIGHT_ON_INPUT=on_input)  # fmt: skip
+        self.down = constexpr_args(moe_down_kernel, **common, BLOCK_N=dbn, BLOCK_K=dbk, MUL_WEIGHT=not on_input)
         self.gate_up_tiles, self.down_tiles = -(-inter // bn), -(-hidden // dbn)
         block_e = triton.next_power_of_2(experts)
         tile = power_of_two_at_most(int(config.get("ALIGN_TILE", align.ALIGN_TILE)))
-        self.align = dict(E=experts, BLOCK_E=block_e, BLOCK_M=bm, EXPERT_TILE=min(tile, block_e),
-                          BLOCK_TILE=tile)  # fmt: skip
+        tiles = dict(E=experts, BLOCK_E=block_e, BLOCK_M=bm, EXPERT_TILE=min(tile, block_e), BLOCK_TILE=tile)
+        self.align_single = constexpr_args(align.moe_align_single_kernel, **tiles, SLOT_TILE=tile)
+        self.align_count = constexpr_args(align.moe_align_count_kernel, E=experts, BLOCK_E=block_e, SLOT_TILE=tile)
+        self.align_prefix = constexpr_args(align.moe_align_prefix_kernel, **tiles, MAX_CHUNKS=align.MAX_CHUNKS,
+                                           ZERO_AFTER_LOAD=zero)  # fmt: skip
+        self.align_scatter = constexpr_args(align.moe_align_scatter_kernel, E=experts, SLOT_TILE=tile)
         block_h = min(triton.next_power_of_2(hidden), 1024)
         self.sum_rows = max(1, SUM_KERNEL_TILE // block_h)
         self.sum_cols = -(-hidden // block_h)
-        self.sum = dict(H=hidden, E=experts, TOP_K=top_k, BLOCK_T=self.sum_rows, BLOCK_H=block_h,
-                        ZERO_AFTER_LOAD=zero)  # fmt: skip
-        self.formulation, self.zero_after_load = name, zero
+        self.sum = constexpr_args(moe_sum_kernel, H=hidden, E=experts, TOP_K=top_k, BLOCK_T=self.sum_rows,
+                                  BLOCK_H=block_h, ZERO_AFTER_LOAD=zero)  # fmt: skip
 
 
 @plan_cache
@@ -304,29 +309,24 @@ def _plan(bucket, experts, top_k, hidden, inter, dtype, activation, on_input, fo
     return _Plan(experts, top_k, hidden, inter, dtype, activation, on_input, formulation, config)
 
 
-def align_slots(topk_ids: torch.Tensor, num_experts: int, block_m: int, plan_align: dict, zero_after_load: bool):
+def align_slots(topk_ids: torch.Tensor, num_experts: int, plan: _Plan):
     """(sorted slots [n], block table [bound, 3], bound) for the flat ids (see `align`)."""
     n = topk_ids.numel()
-    slot_tile = plan_align["BLOCK_TILE"]  # one ALIGN_TILE for every comparison tile
-    bound = min(n, -(-n // block_m) + min(num_experts, n))
+    bound = min(n, -(-n // plan.block_m) + min(num_experts, n))
     if n <= align.SINGLE_PROGRAM_SLOTS:
         index = torch.empty(n + 3 * bound, dtype=torch.int32, device=topk_ids.device)
         sorted_slots, block_info = index[:n], index[n:]
-        align.moe_align_single_kernel[(1,)](topk_ids, sorted_slots, block_info, n, bound,
-                                            SLOT_TILE=slot_tile, **plan_align)  # fmt: skip
+        align.moe_align_single_kernel[(1,)](topk_ids, sorted_slots, block_info, n, bound, *plan.align_single)
         return sorted_slots, block_info, bound
     chunk = max(align.MIN_CHUNK, 1 << (-(-n // align.MAX_CHUNKS) - 1).bit_length())
     chunks = -(-n // chunk)
     index = torch.empty(n + 3 * bound + (chunks + 1) * num_experts, dtype=torch.int32, device=topk_ids.device)
     sorted_slots, block_info = index[:n], index[n : n + 3 * bound]
     chunk_counts, starts = index[n + 3 * bound : -num_experts], index[-num_experts:]
-    experts, block_e = plan_align["E"], plan_align["BLOCK_E"]
-    align.moe_align_count_kernel[(chunks,)](topk_ids, chunk_counts, n, chunk, E=experts, BLOCK_E=block_e,
-                                            SLOT_TILE=slot_tile)  # fmt: skip
-    align.moe_align_prefix_kernel[(1,)](chunk_counts, starts, block_info, chunks, bound, MAX_CHUNKS=align.MAX_CHUNKS,
-                                        ZERO_AFTER_LOAD=zero_after_load, **plan_align)  # fmt: skip
-    align.moe_align_scatter_kernel[(chunks,)](topk_ids, chunk_counts, starts, sorted_slots, n, chunk, E=experts,
-                                              SLOT_TILE=slot_tile)  # fmt: skip
+    align.moe_align_count_kernel[(chunks,)](topk_ids, chunk_counts, n, chunk, *plan.align_count)
+    align.moe_align_prefix_kernel[(1,)](chunk_counts, starts, block_info, chunks, bound, *plan.align_prefix)
+    align.moe_align_scatter_kernel[(chunks,)](topk_ids, chunk_counts, starts, sorted_slots, n, chunk,
+                                              *plan.align_scatter)  # fmt: skip
     return sorted_slots, block_info, bound
 
 
@@ -375,25 +375,25 @@ def fused_experts(
     plan = _plan(*args) if config is None else _plan.uncached(*args, config)
     ids = topk_ids if topk_ids.is_contiguous() else topk_ids.contiguous()
     weights = topk_weights if topk_weights.is_contiguous() else topk_weights.contiguous()
-    sorted_slots, block_info, bound = align_slots(ids, experts, plan.block_m, plan.align, plan.zero_after_load)
+    sorted_slots, block_info, bound = align_slots(ids, experts, plan)
     n = tokens * top_k
     inter_cache = torch.empty(n, inter, dtype=hidden_states.dtype, device=hidden_states.device)
     moe_gate_up_kernel[(bound, plan.gate_up_tiles)](
         hidden_states, w13, inter_cache, block_info, sorted_slots, weights,
-        hidden_states.stride(0), w13.stride(0), w13.stride(1), **plan.gate_up,
+        hidden_states.stride(0), w13.stride(0), w13.stride(1), *plan.gate_up, **plan.options,
     )  # fmt: skip
     if top_k == 1:
         moe_down_kernel[(bound, plan.down_tiles)](
             inter_cache, w2, out, block_info, sorted_slots, weights, w2.stride(0), w2.stride(1), out.stride(0),
-            **plan.down,
+            *plan.down, **plan.options,
         )  # fmt: skip
         return out
     slot_cache = torch.empty(n, hidden, dtype=hidden_states.dtype, device=hidden_states.device)
     moe_down_kernel[(bound, plan.down_tiles)](
         inter_cache, w2, slot_cache, block_info, sorted_slots, weights, w2.stride(0), w2.stride(1), hidden,
-        **plan.down,
+        *plan.down, **plan.options,
     )  # fmt: skip
     moe_sum_kernel[(-(-tokens // plan.sum_rows), plan.sum_cols)](
-        slot_cache, ids, out, tokens, out.stride(0), **plan.sum,
+        slot_cache, ids, out, tokens, out.stride(0), *plan.sum,
     )  # fmt: skip
     return out

@@ -22,6 +22,7 @@ import triton
 import triton.language as tl
 
 from ...runtime import get_config, launch_options, plan_cache, use_triton
+from ..launch import constexpr_args
 from ..validation import (
     checked_mode,
     power_of_two_at_most,
@@ -154,7 +155,8 @@ def _validate_tensors(router_logits, correction_bias):
 
 @plan_cache
 def _plan(experts, top_k, scoring, has_bias, num_expert_group, topk_group, scaled, renormalize, config=None):
-    """(ROWS, the kernel's constexprs and launch options) of a shape class,
+    """(top_k, ROWS, the kernel's constexprs and launch options by name, the
+    constexprs in order, the launch options) of a shape class,
     its scalar arguments validated: resolved once per class, target and
     config directory (an explicit `config` builds afresh), so a call pays
     neither lookup nor checks."""
@@ -182,8 +184,9 @@ def _plan(experts, top_k, scoring, has_bias, num_expert_group, topk_group, scale
     meta = dict(E=experts, BLOCK_E=block_e, TOP_K=top_k, BLOCK_K=triton.next_power_of_2(top_k), ROWS=rows,
                 SIGMOID=scoring == "sigmoid", HAS_BIAS=has_bias, GROUPS=groups,
                 BLOCK_G=triton.next_power_of_2(max(groups, 1)), TOPK_GROUP=topk_group or 0,
-                RENORMALIZE=renormalize, SCALE=scaled, **launch_options(config))  # fmt: skip
-    return top_k, rows, meta
+                RENORMALIZE=renormalize, SCALE=scaled)  # fmt: skip
+    options = launch_options(config)
+    return top_k, rows, {**meta, **options}, constexpr_args(moe_topk_kernel, **meta), options
 
 
 def moe_topk(
@@ -217,7 +220,7 @@ def moe_topk(
     if type(top_k) is not int:  # 2.0 would share 2's cached plan
         top_k = require_number(OP, "top_k", top_k, minimum=1, integer=True)
     args = (experts, top_k, scoring, correction_bias is not None, num_expert_group, topk_group, scaled, bool(renormalize))
-    top_k, rows, meta = _plan(*args) if config is None else _plan.uncached(*args, config)
+    top_k, rows, _, constexprs, options = _plan(*args) if config is None else _plan.uncached(*args, config)
     scaling = require_number(OP, "routed_scaling_factor", routed_scaling_factor, above=0.0) if scaled else 1.0
     device = router_logits.device
     weights = torch.empty(tokens, top_k, dtype=torch.float32, device=device)
@@ -230,6 +233,6 @@ def moe_topk(
                                   topk_group=topk_group, routed_scaling_factor=routed_scaling_factor)  # fmt: skip
     moe_topk_kernel[(-(-tokens // rows),)](
         router_logits, router_logits if correction_bias is None else correction_bias, weights, ids,
-        tokens, router_logits.stride(0), scaling, **meta,
+        tokens, router_logits.stride(0), scaling, *constexprs, **options,
     )  # fmt: skip
     return weights, ids

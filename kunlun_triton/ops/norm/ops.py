@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from ...runtime import capabilities, get_config, launch_options, plan_cache, use_triton
+from ..launch import constexpr_args
 from ..validation import (
     as_rows,
     checked_mode,
@@ -50,44 +51,45 @@ def _check_common(op: str, x, weight, eps) -> float:
     return require_number(op, "eps", eps, minimum=0.0)
 
 
+_KERNELS = {"rms_norm": kernels.rms_norm_kernel, "fused_add_rms_norm": kernels.fused_add_rms_norm_kernel}
+
+
 @dataclass(frozen=True)
 class RowPlan:
-    block_cols: int  # the row width padded to a power of two
     rows_per_program: int
-    load_ignores_other: bool
+    constexprs: tuple  # the kernel's positional tail (`ops.launch`)
     launch: dict
 
 
-def _row_plan(width: int, config: dict) -> RowPlan:
-    block_cols = 1 << max(width - 1, 0).bit_length()
+def _row_plan(op: str, width: int, config: dict) -> RowPlan:
+    block_cols = 1 << max(width - 1, 0).bit_length()  # the row padded to a power of two
     rows = power_of_two_at_most(config.get("ROWS_PER_PROGRAM", 1))
     rows = max(1, min(rows, MAX_TILE_ELEMENTS // block_cols))
-    return RowPlan(block_cols, rows, capabilities().load_ignores_other, launch_options(config))
+    constexprs = constexpr_args(_KERNELS[op], N_COLS=width, BLOCK_COLS=block_cols, ROWS_PER_PROGRAM=rows,
+                                LOAD_IGNORES_OTHER=capabilities().load_ignores_other)  # fmt: skip
+    return RowPlan(rows, constexprs, launch_options(config))
 
 
 @plan_cache
 def _cached_plan(op: str, width: int) -> RowPlan:
-    return _row_plan(width, get_config(op, hidden_size=width))
+    return _row_plan(op, width, get_config(op, hidden_size=width))
 
 
-def _launch(op: str, kernel, x_rows, residual_rows, weight, out_rows, eps: float, config) -> None:
-    """One launch of `kernel` over rows `x_rows` [n, width] (the plan cached
+def _launch(op: str, x_rows, residual_rows, weight, out_rows, eps: float, config) -> None:
+    """One launch of `op`'s kernel over rows `x_rows` [n, width] (the plan cached
     per op and width unless `config` is explicit)."""
     n_rows, width = x_rows.shape
     if n_rows == 0:
         return
-    plan = _cached_plan(op, width) if config is None else _row_plan(width, config)
+    plan = _cached_plan(op, width) if config is None else _row_plan(op, width, config)
     grid = (-(-n_rows // plan.rows_per_program),)
-    strides = (x_rows.stride(0), out_rows.stride(0))
-    inputs = (x_rows, weight, out_rows)
-    if residual_rows is not None:
-        strides = (x_rows.stride(0), residual_rows.stride(0), out_rows.stride(0))
-        inputs = (x_rows, residual_rows, weight, out_rows)
-    kernel[grid](
-        *inputs, n_rows, *strides, eps,
-        N_COLS=width, BLOCK_COLS=plan.block_cols, ROWS_PER_PROGRAM=plan.rows_per_program,
-        LOAD_IGNORES_OTHER=plan.load_ignores_other, **plan.launch,
-    )  # fmt: skip
+    kernel = _KERNELS[op]
+    if residual_rows is None:
+        kernel[grid](x_rows, weight, out_rows, n_rows, x_rows.stride(0), out_rows.stride(0), eps, *plan.constexprs,
+                     **plan.launch)  # fmt: skip
+    else:
+        kernel[grid](x_rows, residual_rows, weight, out_rows, n_rows, x_rows.stride(0), residual_rows.stride(0),
+                     out_rows.stride(0), eps, *plan.constexprs, **plan.launch)  # fmt: skip
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *, check: bool = True,
@@ -112,7 +114,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *, check:
     x_rows = as_rows(op, "x", x)
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     out_rows = out if x_rows is x else out.view(-1, x.shape[-1])
-    _launch(op, kernels.rms_norm_kernel, x_rows, None, weight, out_rows, eps, config)
+    _launch(op, x_rows, None, weight, out_rows, eps, config)
     return out
 
 
@@ -155,5 +157,5 @@ def fused_add_rms_norm(
     if out is None:
         out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
         out_rows = out if out.dim() == 2 else out.view(-1, x.shape[-1])
-    _launch(op, kernels.fused_add_rms_norm_kernel, as_rows(op, "x", x), residual_rows, weight, out_rows, eps, config)
+    _launch(op, as_rows(op, "x", x), residual_rows, weight, out_rows, eps, config)
     return out

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from ...runtime import INDEX_DTYPES, capabilities, get_config, launch_options, plan_cache, use_triton
+from ..launch import constexpr_args
 from ..validation import checked_mode, power_of_two_at_most, require_number, require_same_device, require_tensor
 from . import kernels, reference
 
@@ -57,19 +58,27 @@ def _require_own_memory(x: torch.Tensor, name: str, head_stride: int, num_heads:
 class RopePlan:
     tokens_per_program: int
     heads_per_program: int
-    load_ignores_other: bool
+    constexprs: tuple  # the kernel's positional tail (`ops.launch`)
     launch: dict
 
 
-def _rope_plan(num_heads: int, config: dict) -> RopePlan:
+def _rope_plan(num_q_heads: int, num_k_heads: int, rotary_dim: int, is_neox: bool, config: dict) -> RopePlan:
+    num_heads = num_q_heads + num_k_heads
     tokens = power_of_two_at_most(config.get("TOKENS_PER_PROGRAM", 1))
     heads = max(1, min(int(config.get("HEADS_PER_PROGRAM", num_heads)), num_heads))
-    return RopePlan(tokens, heads, capabilities().load_ignores_other, launch_options(config))
+    rot_half = rotary_dim // 2
+    constexprs = constexpr_args(
+        kernels.rotary_embedding_kernel, NUM_Q_HEADS=num_q_heads, NUM_K_HEADS=num_k_heads, ROT_HALF=rot_half,
+        BLOCK_HALF=1 << max(rot_half - 1, 0).bit_length(), IS_NEOX=is_neox, TOKENS_PER_PROGRAM=tokens,
+        HEADS_PER_PROGRAM=heads, LOAD_IGNORES_OTHER=capabilities().load_ignores_other)  # fmt: skip
+    return RopePlan(tokens, heads, constexprs, launch_options(config))
 
 
 @plan_cache
-def _cached_plan(head_size: int, tokens: int, num_heads: int) -> RopePlan:
-    return _rope_plan(num_heads, get_config(OP, head_size=head_size, tokens=tokens))
+def _cached_plan(head_size: int, tokens: int, num_q_heads: int, num_k_heads: int, rotary_dim: int,
+                 is_neox: bool) -> RopePlan:  # fmt: skip
+    return _rope_plan(num_q_heads, num_k_heads, rotary_dim, is_neox,
+                      get_config(OP, head_size=head_size, tokens=tokens))  # fmt: skip
 
 
 def _layout(x: torch.Tensor, head_size: int) -> tuple[int, int, int]:
@@ -144,16 +153,12 @@ def rotary_embedding(
         return reference.rotary_embedding(positions, query, key, head_size, cos_sin_cache, is_neox)
     if n_tokens == 0:
         return query, key
-    num_heads = num_q_heads + num_k_heads
-    plan = _cached_plan(head_size, n_tokens, num_heads) if config is None else _rope_plan(num_heads, config)
-    rot_half = rotary_dim // 2
-    grid = (-(-n_tokens // plan.tokens_per_program), -(-num_heads // plan.heads_per_program))
+    if config is None:
+        plan = _cached_plan(head_size, n_tokens, num_q_heads, num_k_heads, rotary_dim, is_neox)
+    else:
+        plan = _rope_plan(num_q_heads, num_k_heads, rotary_dim, is_neox, config)
+    grid = (-(-n_tokens // plan.tokens_per_program), -(-(num_q_heads + num_k_heads) // plan.heads_per_program))
     kernels.rotary_embedding_kernel[grid](
-        positions, query, query if key is None else key, cos_sin_cache, n_tokens,
-        q_token_stride, q_head_stride, k_token_stride, k_head_stride, cos_sin_cache.stride(0),
-        NUM_Q_HEADS=num_q_heads, NUM_K_HEADS=num_k_heads, ROT_HALF=rot_half,
-        BLOCK_HALF=1 << max(rot_half - 1, 0).bit_length(), IS_NEOX=is_neox,
-        TOKENS_PER_PROGRAM=plan.tokens_per_program, HEADS_PER_PROGRAM=plan.heads_per_program,
-        LOAD_IGNORES_OTHER=plan.load_ignores_other, **plan.launch,
-    )  # fmt: skip
+        positions, query, query if key is None else key, cos_sin_cache, n_tokens, q_token_stride, q_head_stride,
+        k_token_stride, k_head_stride, cos_sin_cache.stride(0), *plan.constexprs, **plan.launch)  # fmt: skip
     return query, key

@@ -38,10 +38,12 @@ from __future__ import annotations
 
 import numbers
 import operator
+from dataclasses import dataclass
 
 import torch
 
 from ...runtime import capabilities, current_target, get_config, launch_options, plan_cache, use_triton
+from ..launch import constexpr_args
 from ..validation import require_tensor
 from . import kernels, pivot_kernels, reference, renorm_kernels
 
@@ -140,24 +142,29 @@ def scratch_words(batch: int, n_blocks: int, top_r: int = TOP_R) -> int:
     return ns * (4 + 2 * top_r + 4 * PIVOTS) + (2 + kernels.ST_FIELDS.value) * batch
 
 
-_plans: dict = {}
+@dataclass(frozen=True)
+class SamplePlan:
+    n_blocks: int  # vocabulary blocks per row
+    # (kernel name, grid, constexprs and launch options by name): what
+    # `OpSpec.kernels` compiles and scripts/sampling_counts.py counts
+    launches: list
+    scratch_words: int  # 4-byte words of scratch (`scratch_words`)
+    # (kernel, grid, argument getter, constexprs in order, launch options):
+    # what a call launches (`ops.launch`)
+    calls: tuple
 
 
-def sample_plan(batch: int, vocab: int, config: dict, *, sampling=True, top_k=True, top_p=True, min_p=True, target=None):
+def sample_plan(batch: int, vocab: int, config: dict, *, sampling=True, top_k=True, top_p=True, min_p=True,
+                target=None) -> SamplePlan:  # fmt: skip
     """The launches of one `sample` (or, with ``sampling=False``, `greedy`)
-    call on `target` (default: the current one): ``(n_blocks, [(kernel
-    name, grid, constexprs and launch options), ...], scratch words)``. The
-    launcher and `OpSpec.kernels` both read it."""
+    call on `target` (default: the current one). The launcher and
+    `OpSpec.kernels` both read it."""
     target = target or current_target()
-    ignores_other = capabilities(target).load_ignores_other
-    key = (batch, vocab, tuple(config.items()), sampling, top_k, top_p, min_p, target, ignores_other)
-    plan = _plans.get(key)
-    if plan is not None:
-        return plan
     block_r, block_v = int(config["BLOCK_R"]), int(config["BLOCK_V"])
     n_blocks = -(-vocab // block_v)
     filters = sampling and (top_k or top_p or min_p)
-    common = {"BLOCK_R": block_r, "TOP_R": TOP_R if filters else 1, "PIVOTS": PIVOTS, "IGNORES_OTHER": ignores_other}
+    common = {"BLOCK_R": block_r, "TOP_R": TOP_R if filters else 1, "PIVOTS": PIVOTS,
+              "IGNORES_OTHER": capabilities(target).load_ignores_other}  # fmt: skip
     has = {"HAS_TOP_K": sampling and top_k, "HAS_TOP_P": sampling and top_p, "HAS_MIN_P": sampling and min_p}
     block_grid, row_grid = (n_blocks, -(-batch // block_r)), (-(-batch // block_r),)
     launches = [
@@ -168,15 +175,21 @@ def sample_plan(batch: int, vocab: int, config: dict, *, sampling=True, top_k=Tr
         launches.append(("pivot_kernel", block_grid, {**common, "BLOCK_V": block_v, **has}))
         launches.append(("decide_kernel", row_grid, {**common, "BLOCK_V": block_v, "NB_PAD": _next_pow2(n_blocks),
                                                      **has, "LAST": r == ROUNDS - 1}))  # fmt: skip
-    launches = [(name, grid, {**meta, **launch_options(config, target)}) for name, grid, meta in launches]
-    if len(_plans) > 512:
-        _plans.clear()
-    plan = _plans[key] = (n_blocks, launches, scratch_words(batch, n_blocks, common["TOP_R"]))
-    return plan
+    options = launch_options(config, target)
+    calls = tuple((_KERNELS[name], grid, _ARG_GETTERS[name], constexpr_args(_KERNELS[name], **meta), options)
+                  for name, grid, meta in launches)  # fmt: skip
+    launches = [(name, grid, {**meta, **options}) for name, grid, meta in launches]
+    return SamplePlan(n_blocks, launches, scratch_words(batch, n_blocks, common["TOP_R"]), calls)
 
 
-_MODULES = {"block_stats_kernel": kernels, "combine_kernel": kernels, "pivot_kernel": pivot_kernels,
-            "decide_kernel": pivot_kernels}  # fmt: skip
+@plan_cache
+def _cached_plan(op: str, batch: int, vocab: int, sampling: bool, top_k: bool, top_p: bool, min_p: bool) -> SamplePlan:
+    return sample_plan(batch, vocab, _looked_up_config(op, vocab), sampling=sampling, top_k=top_k, top_p=top_p,
+                       min_p=min_p)  # fmt: skip
+
+
+_KERNELS = {"block_stats_kernel": kernels.block_stats_kernel, "combine_kernel": kernels.combine_kernel,
+            "pivot_kernel": pivot_kernels.pivot_kernel, "decide_kernel": pivot_kernels.decide_kernel}  # fmt: skip
 # Argument names of each kernel, in order (pointers end in _ptr in the kernels).
 _ARGS = {
     "block_stats_kernel": ("logits", "temperature", "seed", "position", "f", "i", "n_rows", "vocab", "row_stride", "n_blocks"),
@@ -186,15 +199,18 @@ _ARGS = {
     "decide_kernel": ("logits", "temperature", "top_k", "top_p", "min_p", "seed", "position", "f", "i", "out",
                       "n_rows", "vocab", "row_stride", "n_blocks"),
 }  # fmt: skip
+# A call gathers every argument once, in this order; each launch picks its own.
+_CALL_ARGS = ("logits", "temperature", "top_k", "top_p", "min_p", "seed", "position", "f", "i", "out", "n_rows", "vocab",
+              "row_stride", "n_blocks")  # fmt: skip
+_ARG_GETTERS = {name: operator.itemgetter(*(_CALL_ARGS.index(a) for a in args)) for name, args in _ARGS.items()}
 
 
-_ARG_GETTERS = {name: operator.itemgetter(*args) for name, args in _ARGS.items()}
-
-
-def _launch(plan, tensors: dict, batch: int, vocab: int, row_stride: int) -> None:
-    tensors.update(n_rows=batch, vocab=vocab, row_stride=row_stride, n_blocks=plan[0])
-    for name, grid, meta in plan[1]:
-        getattr(_MODULES[name], name)[grid](*_ARG_GETTERS[name](tensors), **meta)
+def _launch(plan: SamplePlan, batch, vocab, logits, temperature, top_k, top_p, min_p, seed, position, scratch,
+            out) -> None:  # fmt: skip
+    args = (logits, temperature, top_k, top_p, min_p, seed, position, scratch.view(torch.float32), scratch, out,
+            batch, vocab, logits.stride(0), plan.n_blocks)  # fmt: skip
+    for kernel, grid, pick, constexprs, options in plan.calls:
+        kernel[grid](*pick(args), *constexprs, **options)
 
 
 def plan_kernel_specs(plan, dtypes: dict) -> list:
@@ -204,12 +220,12 @@ def plan_kernel_specs(plan, dtypes: dict) -> list:
 
     scalar_types = {"n_rows": "i32", "vocab": "i32", "row_stride": "i32", "n_blocks": "i32"}
     specs = []
-    for name, _, meta in plan[1]:
+    for name, _, meta in plan.launches:
         signature = {a + ("_ptr" if a not in scalar_types else ""): scalar_types.get(a) or "*" + _DTYPES[dtypes[a]]
                      for a in _ARGS[name]}  # fmt: skip
         constexprs = {k: v for k, v in meta.items() if k[:1].isupper()}
         signature.update({k: "constexpr" for k in constexprs})
-        specs.append(KernelSpec(f"{_MODULES[name].__name__}:{name}", signature, constexprs))
+        specs.append(KernelSpec(f"{_KERNELS[name].fn.__module__}:{name}", signature, constexprs))
     return specs
 
 
@@ -236,18 +252,22 @@ def _is_number(value) -> bool:
     return isinstance(value, numbers.Number) and not isinstance(value, (bool, torch.Tensor))
 
 
-def _plan_flags(vocab: int, temperatures, top_ks, top_ps, min_ps) -> dict:
-    """What the host knows for every row from parameters given as plain
-    numbers: a filter that keeps everything (top_k -1 or past the
-    vocabulary, top_p 1, min_p 0) is compiled out, and temperature 0 or
-    top_k 1 makes the whole batch greedy (no noise, no filters)."""
+def _plan_flags(vocab: int, temperatures, top_ks, top_ps, min_ps) -> tuple[bool, bool, bool, bool]:
+    """(sampling, top_k, top_p, min_p): what the host knows for every row
+    from parameters given as plain numbers: a filter that keeps everything
+    (top_k -1 or past the vocabulary, top_p 1, min_p 0) is compiled out, and
+    temperature 0 or top_k 1 makes the whole batch greedy (no noise, no
+    filters). Tensors (SGLang's call) switch nothing off."""
+    if temperatures.__class__ is torch.Tensor and top_ks.__class__ is torch.Tensor \
+            and top_ps.__class__ is torch.Tensor and min_ps.__class__ is torch.Tensor:  # fmt: skip
+        return True, True, True, True
     greedy = (_is_number(temperatures) and temperatures == 0) or (_is_number(top_ks) and top_ks == 1)
-    return {
-        "sampling": not greedy,
-        "top_k": not greedy and not (_is_number(top_ks) and (top_ks == -1 or top_ks >= vocab)),
-        "top_p": not greedy and not (_is_number(top_ps) and top_ps == 1.0),
-        "min_p": not greedy and not (_is_number(min_ps) and min_ps == 0.0),
-    }
+    return (
+        not greedy,
+        not greedy and not (_is_number(top_ks) and (top_ks == -1 or top_ks >= vocab)),
+        not greedy and not (_is_number(top_ps) and top_ps == 1.0),
+        not greedy and not (_is_number(min_ps) and min_ps == 0.0),
+    )
 
 
 def greedy(logits: torch.Tensor, *, config: dict | None = None) -> torch.Tensor:
@@ -260,11 +280,13 @@ def greedy(logits: torch.Tensor, *, config: dict | None = None) -> torch.Tensor:
     out = torch.empty(batch, dtype=torch.int64, device=logits.device)
     if batch == 0:
         return out
-    plan = sample_plan(batch, vocab, _config("greedy", vocab, config), sampling=False, top_k=False, top_p=False, min_p=False)
-    scratch = torch.empty(plan[2], dtype=torch.int32, device=logits.device)
-    tensors = {"logits": logits, "temperature": out, "seed": out, "position": out, "f": scratch.view(torch.float32),
-               "i": scratch, "out": out, "top_k": out, "top_p": out, "min_p": out}  # fmt: skip
-    _launch(plan, tensors, batch, vocab, logits.stride(0))
+    if config is None:
+        plan = _cached_plan("greedy", batch, vocab, False, False, False, False)
+    else:
+        plan = sample_plan(batch, vocab, _config("greedy", vocab, config), sampling=False, top_k=False, top_p=False,
+                           min_p=False)  # fmt: skip
+    scratch = torch.empty(plan.scratch_words, dtype=torch.int32, device=logits.device)
+    _launch(plan, batch, vocab, logits, out, out, out, out, out, out, scratch, out)  # no sampling parameters to read
     return out
 
 
@@ -323,15 +345,18 @@ def sample(
     out = torch.empty(batch, dtype=torch.int64, device=device)
     if batch == 0:
         return out
-    plan = sample_plan(batch, vocab, _config(op, vocab, config), **flags)
-    scratch = torch.empty(plan[2], dtype=torch.int32, device=device)
+    if config is None:
+        plan = _cached_plan(op, batch, vocab, *flags)
+    else:
+        sampling, top_k, top_p, min_p = flags
+        plan = sample_plan(batch, vocab, _config(op, vocab, config), sampling=sampling, top_k=top_k, top_p=top_p,
+                           min_p=min_p)  # fmt: skip
+    scratch = torch.empty(plan.scratch_words, dtype=torch.int32, device=device)
     if seeds.dtype != torch.int64:
         seeds = seeds.to(torch.int64)
     if positions.dtype != torch.int64:
         positions = positions.to(torch.int64)
-    tensors = {"logits": logits, "temperature": temperatures, "top_k": top_ks, "top_p": top_ps, "min_p": min_ps,
-               "seed": seeds, "position": positions, "f": scratch.view(torch.float32), "i": scratch, "out": out}  # fmt: skip
-    _launch(plan, tensors, batch, vocab, logits.stride(0))
+    _launch(plan, batch, vocab, logits, temperatures, top_ks, top_ps, min_ps, seeds, positions, scratch, out)
     return out
 
 
@@ -375,10 +400,10 @@ def _renorm(op: str, probs, top_ks, top_ps, min_ps, check_values: bool, config: 
     out = torch.empty((batch, vocab), dtype=probs.dtype, device=device)
     if batch == 0:
         return out
-    grid, meta = renorm_launch(batch, vocab, _config(op, vocab, config))
-    renorm_kernels.renorm_probs_kernel[grid](
-        probs, top_ks, top_ps, min_ps, out, batch, vocab, probs.stride(0), out.stride(0), **meta
-    )
+    grid, constexprs, options = _cached_renorm_plan(op, batch, vocab) if config is None else \
+        _renorm_plan(batch, vocab, _config(op, vocab, config))  # fmt: skip
+    renorm_kernels.renorm_probs_kernel[grid](probs, top_ks, top_ps, min_ps, out, batch, vocab, probs.stride(0),
+                                             out.stride(0), *constexprs, **options)  # fmt: skip
     return out
 
 
@@ -388,6 +413,19 @@ def renorm_launch(batch: int, vocab: int, config: dict, target=None):
     meta = {"BLOCK_R": block_r, "BLOCK_V": block_v, "ONE_TILE": vocab <= block_v,
             "IGNORES_OTHER": capabilities(target).load_ignores_other, **launch_options(config, target)}  # fmt: skip
     return (-(-batch // block_r),), meta
+
+
+def _renorm_plan(batch: int, vocab: int, config: dict):
+    """(grid, constexprs in order, launch options) of one renorm call."""
+    grid, meta = renorm_launch(batch, vocab, config)
+    constexprs = {k: v for k, v in meta.items() if k[:1].isupper()}
+    options = {k: v for k, v in meta.items() if not k[:1].isupper()}
+    return grid, constexpr_args(renorm_kernels.renorm_probs_kernel, **constexprs), options
+
+
+@plan_cache
+def _cached_renorm_plan(op: str, batch: int, vocab: int):
+    return _renorm_plan(batch, vocab, _looked_up_config(op, vocab))
 
 
 def renorm_kernel_specs(op: str, batch: int, vocab: int, dtype, config: dict | None, target=None) -> list:

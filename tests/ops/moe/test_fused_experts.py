@@ -165,10 +165,13 @@ class _Recorder:
 
     def __init__(self, kernel, seen):
         self.kernel, self.seen = kernel, seen
+        self.arg_names = kernel.arg_names  # launchers order constexprs by it (`ops.launch`)
 
     def __getitem__(self, grid):
         def launch(*args, **kwargs):
-            self.seen.add((self.kernel.fn.__name__, tuple(sorted(kwargs.items()))))
+            bound = {**dict(zip(self.arg_names, args)), **kwargs}
+            constexprs = {k: v for k, v in bound.items() if k[:1].isupper()}
+            self.seen.add((self.kernel.fn.__name__, tuple(sorted(constexprs.items()))))
             return self.kernel[grid](*args, **kwargs)
 
         return launch

@@ -19,8 +19,7 @@ fused_module = importlib.import_module("kunlun_triton.ops.moe.fused_experts")
 def _align(ids, experts, block_m, align_tile):
     config = {"BLOCK_M": block_m, "ALIGN_TILE": align_tile}
     plan = fused_module._Plan(experts, 1, 16, 16, torch.float32, "silu", False, "sum", config)
-    sorted_slots, block_info, bound = fused_module.align_slots(ids.to(DEVICE), experts, plan.block_m, plan.align,
-                                                               False)  # fmt: skip
+    sorted_slots, block_info, bound = fused_module.align_slots(ids.to(DEVICE), experts, plan)
     return sorted_slots.cpu(), block_info.view(bound, 3).cpu(), plan.block_m
 
 

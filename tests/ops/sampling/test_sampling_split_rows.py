@@ -46,12 +46,13 @@ def _ref_probs(logits, temp, top_k, top_p, min_p):
 def test_a_batch_of_one_spreads_over_many_programs():
     cuda = SHIPPED_TARGETS[0]
     config = ops._config("sample", VOCAB, get_config("sample", target=cuda, vocab=VOCAB))
-    n_blocks, launches, _ = ops.sample_plan(1, VOCAB, config, target=cuda)
+    plan = ops.sample_plan(1, VOCAB, config, target=cuda)
+    n_blocks, launches = plan.n_blocks, plan.launches
     grids = {name: grid for name, grid, _ in launches}
     assert grids["block_stats_kernel"][0] * grids["block_stats_kernel"][1] >= 64
     assert grids["pivot_kernel"][0] * grids["pivot_kernel"][1] >= 64
     # the cut depends on the vocabulary only: every row of every batch uses the same blocks
-    assert {ops.sample_plan(b, VOCAB, config, target=cuda)[0] for b in (1, 7, 300)} == {n_blocks}
+    assert {ops.sample_plan(b, VOCAB, config, target=cuda).n_blocks for b in (1, 7, 300)} == {n_blocks}
 
 
 def test_the_interpreter_runs_the_plan():
@@ -59,7 +60,7 @@ def test_the_interpreter_runs_the_plan():
     config = {"BLOCK_R": 4, "BLOCK_V": 512}
     with count_loads(logits) as counts:
         api.sample(logits, 0.8, 40, 0.9, 0.05, seeds=torch.arange(5), config=config)
-    _, launches, _ = ops.sample_plan(5, 5003, ops._config("sample", 5003, config))
+    launches = ops.sample_plan(5, 5003, ops._config("sample", 5003, config)).launches
     assert counts.launches == [(name, grid[0] * (grid[1] if len(grid) > 1 else 1)) for name, grid, _ in launches]
     assert counts.launches[0] == ("block_stats_kernel", 10 * 2)
 
