@@ -155,8 +155,8 @@ def _validate_tensors(router_logits, correction_bias):
 
 @plan_cache
 def _plan(experts, top_k, scoring, has_bias, num_expert_group, topk_group, scaled, renormalize, config=None):
-    """(top_k, ROWS, the kernel's constexprs and launch options by name, the
-    constexprs in order, the launch options) of a shape class,
+    """(top_k, ROWS, the kernel's constexprs by name, the same in signature
+    order, the launch options) of a shape class,
     its scalar arguments validated: resolved once per class, target and
     config directory (an explicit `config` builds afresh), so a call pays
     neither lookup nor checks."""
@@ -186,7 +186,7 @@ def _plan(experts, top_k, scoring, has_bias, num_expert_group, topk_group, scale
                 BLOCK_G=triton.next_power_of_2(max(groups, 1)), TOPK_GROUP=topk_group or 0,
                 RENORMALIZE=renormalize, SCALE=scaled)  # fmt: skip
     options = launch_options(config)
-    return top_k, rows, {**meta, **options}, constexpr_args(moe_topk_kernel, **meta), options
+    return top_k, rows, meta, constexpr_args(moe_topk_kernel, **meta), options
 
 
 def moe_topk(

@@ -97,10 +97,10 @@ def moe_topk_kernels(shape, dtype, config) -> list[KernelSpec]:
     if config is None:
         config = get_config("moe_topk", target=GPU, num_experts=shape["num_experts"])
     kwargs = _routing_kwargs(shape, "cpu")
-    _, _, meta, _, _ = topk_plan.uncached(shape["num_experts"], shape["top_k"], kwargs["scoring"], "correction_bias" in kwargs,
-                                    shape.get("groups") or None, shape.get("topk_group") or None,
-                                    "routed_scaling_factor" in kwargs, bool(kwargs["renormalize"]), config)  # fmt: skip
-    constexprs = {k: v for k, v in meta.items() if k[:1].isupper()}
+    _, _, constexprs, _, _ = topk_plan.uncached(
+        shape["num_experts"], shape["top_k"], kwargs["scoring"], "correction_bias" in kwargs,
+        shape.get("groups") or None, shape.get("topk_group") or None, "routed_scaling_factor" in kwargs,
+        bool(kwargs["renormalize"]), config)  # fmt: skip
     signature = {"logits_ptr": f"*{TRITON_DTYPES[dtype]}", "bias_ptr": "*fp32", "weights_ptr": "*fp32",
                  "ids_ptr": "*i32", "n_tokens": "i32", "logits_stride": "i32", "scaling": "fp32",
                  **{k: "constexpr" for k in constexprs}}  # fmt: skip

@@ -408,18 +408,16 @@ def _renorm(op: str, probs, top_ks, top_ps, min_ps, check_values: bool, config: 
 
 
 def renorm_launch(batch: int, vocab: int, config: dict, target=None):
-    """(grid, constexprs and launch options) of `renorm_probs_kernel`."""
+    """(grid, constexprs by name, launch options) of `renorm_probs_kernel`."""
     block_r, block_v = int(config["BLOCK_R"]), int(config["BLOCK_V"])
-    meta = {"BLOCK_R": block_r, "BLOCK_V": block_v, "ONE_TILE": vocab <= block_v,
-            "IGNORES_OTHER": capabilities(target).load_ignores_other, **launch_options(config, target)}  # fmt: skip
-    return (-(-batch // block_r),), meta
+    constexprs = {"BLOCK_R": block_r, "BLOCK_V": block_v, "ONE_TILE": vocab <= block_v,
+                  "IGNORES_OTHER": capabilities(target).load_ignores_other}  # fmt: skip
+    return (-(-batch // block_r),), constexprs, launch_options(config, target)
 
 
 def _renorm_plan(batch: int, vocab: int, config: dict):
     """(grid, constexprs in order, launch options) of one renorm call."""
-    grid, meta = renorm_launch(batch, vocab, config)
-    constexprs = {k: v for k, v in meta.items() if k[:1].isupper()}
-    options = {k: v for k, v in meta.items() if not k[:1].isupper()}
+    grid, constexprs, options = renorm_launch(batch, vocab, config)
     return grid, constexpr_args(renorm_kernels.renorm_probs_kernel, **constexprs), options
 
 
@@ -432,11 +430,10 @@ def renorm_kernel_specs(op: str, batch: int, vocab: int, dtype, config: dict | N
     """The AOT compile spec of the one kernel a renorm op launches."""
     from ...testing.aot import KernelSpec
 
-    _, meta = renorm_launch(batch, vocab, _config(op, vocab, config), target)
+    _, constexprs, _ = renorm_launch(batch, vocab, _config(op, vocab, config), target)
     t = _DTYPES[dtype]
     signature = {"probs_ptr": f"*{t}", "top_k_ptr": "*i64", "top_p_ptr": "*fp32", "min_p_ptr": "*fp32",
                  "out_ptr": f"*{t}", "n_rows": "i32", "vocab": "i32", "row_stride": "i32", "out_row_stride": "i32"}
-    constexprs = {k: v for k, v in meta.items() if k[:1].isupper()}
     return [KernelSpec(f"{renorm_kernels.__name__}:renorm_probs_kernel", {**signature, **{k: "constexpr" for k in constexprs}},
                        constexprs)]  # fmt: skip
 
