@@ -15,7 +15,7 @@ the logits per row, programs per launch, SASS per element per pass.
   (`ops.sample_plan`, the launcher's own code).
 - python: CPU microseconds of Python per `sample` / `greedy` call with the
   kernel launches stubbed out (checks off, as SGLang calls it: tensors in,
-  check_values=False), on CPU tensors.
+  check=False), on CPU tensors.
 - sass: compiles every kernel of that plan ahead of time for sm_90 (no GPU
   needed) and counts the SASS instructions of each with Triton's bundled
   cuobjdump: per BLOCK_V tile per warp, and per element per pass per thread
@@ -25,6 +25,7 @@ the logits per row, programs per launch, SASS per element per pass.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import re
@@ -98,16 +99,15 @@ def count_bytes(args) -> list[dict]:
         params = (full(temp), full(top_k, torch.int64), full(top_p), full(min_p))
         seeds, positions = torch.arange(batch) * 7919 + 1, torch.arange(batch)
         flags = {"top_k": top_k != -1, "top_p": top_p != 1.0, "min_p": min_p != 0.0}
-        n_blocks, launches, words = ops.sample_plan(batch, vocab, ops._config("sample", vocab, config), **flags)
+        plan = ops.sample_plan(batch, vocab, ops._config("sample", vocab, config), **flags)
         out = torch.full((batch,), -1, dtype=torch.int64)
-        scratch = torch.empty(words, dtype=torch.int32)
-        tensors = dict(zip(("temperature", "top_k", "top_p", "min_p"), params), logits=logits, seed=seeds,
-                       position=positions, f=scratch.view(torch.float32), i=scratch, out=out)  # fmt: skip
+        scratch = torch.empty(plan.scratch_words, dtype=torch.int32)
         decided = []
         with count_loads(logits, row_bytes) as counts:
-            for launch in launches:  # one by one, to see which stage decided each row
-                ops._launch((n_blocks, [launch], words), tensors, batch, vocab, vocab)
-                if launch[0] in ("combine_kernel", "decide_kernel"):
+            for (kernel, _, _), call in zip(plan.launches, plan.calls):  # one by one: which stage decided each row
+                ops._launch(dataclasses.replace(plan, calls=(call,)), batch, vocab, logits, *params, seeds, positions,
+                            scratch, out)  # fmt: skip
+                if kernel in ("combine_kernel", "decide_kernel"):
                     decided.append(int((out >= 0).sum()))
         top_ks = torch.where(params[1] < 1, vocab, params[1])
         allowed = ref.filtered_probs(logits, params[0], top_ks, params[2], params[3])
@@ -148,10 +148,10 @@ def python_overhead(args) -> dict:
     top_ps, min_ps = torch.full((batch,), 0.9), torch.zeros(batch)
     seeds, positions = torch.arange(batch), torch.arange(batch)
     calls = {
-        "sample, SGLang's call (tensors, check_values=False; 4 launches)": lambda: ops.sample(
-            logits, temps, top_ks, top_ps, min_ps, seeds=seeds, positions=positions, check_values=False),
+        "sample, SGLang's call (tensors, check=False; 4 launches)": lambda: ops.sample(
+            logits, temps, top_ks, top_ps, min_ps, seeds=seeds, positions=positions, check=False),
         "sample, temperature only (numbers for the filters; 2 launches)": lambda: ops.sample(
-            logits, temps, -1, 1.0, 0.0, seeds=seeds, positions=positions, check_values=False),
+            logits, temps, -1, 1.0, 0.0, seeds=seeds, positions=positions, check=False),
         "greedy (2 launches)": lambda: ops.greedy(logits),
         "  of which use_triton (the shared dispatch record)": lambda: use_triton("sample", logits),
         "  for scale: torch.empty(64) on this machine": lambda: torch.empty(64),

@@ -115,6 +115,7 @@ def _experts_forward(self, layer, dispatch_output):
         dispatch_output.hidden_states, layer.w13_weight, layer.w2_weight, topk_output.topk_weights,
         topk_output.topk_ids, activation=cfg.activation,
         apply_router_weight_on_input=bool(cfg.apply_router_weight_on_input),
+        out=dispatch_output.hidden_states if cfg.inplace else None,  # as SGLang's Triton runner
         check=dev_mode() and layer.moe_ep_size == 1,
     )  # fmt: skip
     scale = cfg.routed_scaling_factor

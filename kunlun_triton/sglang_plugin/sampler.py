@@ -92,7 +92,7 @@ class KunlunSampler(Sampler):
                 sampling_info.min_ps if sampling_info.need_min_p_sampling else 0.0,
                 seeds=seeds,
                 positions=positions if seeds is not None else None,
-                check_values=False,
+                check=False,
             )
             logprobs = torch.log_softmax(logits / temperatures.view(-1, 1), dim=-1) if return_logprob else None
         if return_logprob:

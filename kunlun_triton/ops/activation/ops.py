@@ -41,7 +41,7 @@ def _act_and_mul(op: str, x: torch.Tensor, activation: int, config: dict | None)
         return out
     plan = _cached_plan(op, d, n_rows, activation) if config is None else _tile_plan(d, config, activation)
     grid = (-(-n_rows // plan.rows_per_program), -(-d // plan.block_cols))
-    kernels.act_and_mul_kernel[grid](x_rows, out, n_rows, x_rows.stride(0), d, *plan.constexprs, **plan.launch)
+    kernels.act_and_mul_kernel.run(x_rows, out, n_rows, x_rows.stride(0), d, *plan.constexprs, grid=grid, **plan.launch)
     return out
 
 

@@ -381,14 +381,14 @@ def decode_attention(
     else:
         part_out, part_lse, split_tokens = workspace.part_out, workspace.part_lse, workspace.split_tokens
         max_splits = part_out.shape[2]
-    decode_partial_kernel[(batch, kv_heads * launch.head_blocks, max_splits)](
+    decode_partial_kernel.run(
         q, k_buffer, v_buffer, kv_indptr, kv_indices, part_out, part_lse,
         sm_scale, split_tokens, max_splits, q_heads,
         q.stride(0), q.stride(1), k_buffer.stride(0), k_buffer.stride(1), v_buffer.stride(0), v_buffer.stride(1),
-        *launch.partial, **plan.launch,
+        *launch.partial, grid=(batch, kv_heads * launch.head_blocks, max_splits), **plan.launch,
     )  # fmt: skip
-    decode_merge_kernel[(batch, kv_heads * launch.merge_head_blocks)](
+    decode_merge_kernel.run(
         part_out, part_lse, o, kv_indptr, split_tokens, max_splits, q_heads, o.stride(0), o.stride(1),
-        *launch.merge, **plan.launch,
+        *launch.merge, grid=(batch, kv_heads * launch.merge_head_blocks), **plan.launch,
     )  # fmt: skip
     return o

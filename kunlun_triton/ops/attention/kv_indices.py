@@ -85,6 +85,6 @@ def build_kv_indices(req_to_token: torch.Tensor, req_pool_indices: torch.Tensor,
     if not use_triton(OP, *tensors):
         reference.build_kv_indices(req_to_token, req_pool_indices, seq_lens, kv_indptr, kv_indices)
         return kv_indptr, kv_indices
-    build_kv_indices_kernel[(batch,)](req_to_token, req_pool_indices, seq_lens, kv_indptr, kv_indices,
-                                      req_to_token.stride(0), BLOCK)  # fmt: skip
+    build_kv_indices_kernel.run(req_to_token, req_pool_indices, seq_lens, kv_indptr, kv_indices,
+                                req_to_token.stride(0), BLOCK, grid=(batch,), warmup=False)  # fmt: skip
     return kv_indptr, kv_indices

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import torch
 
 from ...runtime import capabilities, launch_options
+from ..launch import run_keywords
 from ..validation import require_choice, require_number, require_same, require_tensor
 
 FORMULATIONS = ("dot", "sum")
@@ -122,7 +123,7 @@ def attention_plan(op: str, config: dict, dtype, head_dim: int, v_dim: int, grou
         target_programs=max(int(config.get("TARGET_PROGRAMS", 64)), 1),
         max_kv_splits=max(int(config.get("MAX_KV_SPLITS", 16)), 1),
         load_ignores_other=capabilities().load_ignores_other,
-        launch=launch_options(config),
+        launch=run_keywords(launch_options(config)),
     )
 
 

@@ -41,5 +41,6 @@ def logit_softcap(logits: torch.Tensor, cap: float, *, check: bool = True, confi
     else:
         plan = row_tile_plan(kernels.logit_softcap_kernel, vocab, config)
     grid = (-(-n_rows // plan.rows_per_program), -(-vocab // plan.block_cols))
-    kernels.logit_softcap_kernel[grid](rows, n_rows, vocab, rows.stride(0), cap, *plan.constexprs, **plan.launch)
+    kernels.logit_softcap_kernel.run(rows, n_rows, vocab, rows.stride(0), cap, *plan.constexprs, grid=grid,
+                                     **plan.launch)  # fmt: skip
     return logits

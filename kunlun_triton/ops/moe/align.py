@@ -11,7 +11,8 @@ and the GEMMs walk it in blocks of BLOCK_M rows that never straddle two
 experts: expert e owns ceil(count[e] / BLOCK_M) consecutive blocks, so an
 expert with no token owns none and costs nothing. The block table holds,
 per block, (expert, first sorted row, end row); blocks past the last hold
-expert -1 and their programs return at once. Ids outside [0, E) take no
+expert -1 and their programs return at once. The table and the sorted slots
+share one int32 buffer, the table first: [n_blocks_bound, 3] then [n]. Ids outside [0, E) take no
 slot (expert parallelism marks other ranks' experts -1).
 
 Every count and prefix is a comparison reduced with tl.sum (the prefix sum
@@ -103,8 +104,7 @@ def _layout(counts, block_info_ptr, n_blocks_bound, E: tl.constexpr, BLOCK_E: tl
 @triton.jit(do_not_specialize=["n_slots", "n_blocks_bound"])
 def moe_align_single_kernel(
     ids_ptr,
-    sorted_ptr,
-    block_info_ptr,
+    block_info_ptr,  # the block table, then the sorted slots
     n_slots,
     n_blocks_bound,
     E: tl.constexpr,
@@ -115,6 +115,7 @@ def moe_align_single_kernel(
     BLOCK_TILE: tl.constexpr,
 ):
     """The whole alignment in one program (few slots: decode)."""
+    sorted_ptr = block_info_ptr + 3 * n_blocks_bound
     counts = _count(ids_ptr, 0, n_slots, n_slots, E, BLOCK_E, SLOT_TILE)
     starts = _layout(counts, block_info_ptr, n_blocks_bound, E, BLOCK_E, BLOCK_M, EXPERT_TILE, BLOCK_TILE)
     experts = tl.arange(0, BLOCK_E)

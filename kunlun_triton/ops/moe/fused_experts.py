@@ -36,7 +36,7 @@ import triton.language as tl
 
 from ...runtime import capabilities, get_config, launch_options, plan_cache, use_triton
 from ...runtime.dtypes import INDEX_DTYPES
-from ..launch import constexpr_args
+from ..launch import constexpr_args, run_keywords
 from ..validation import (
     checked_mode,
     power_of_two_at_most,
@@ -58,24 +58,25 @@ SUM_KERNEL_TILE = 4096  # moe_sum_kernel: tokens x columns per program
 
 
 @triton.jit
-def _block_rows(block_info_ptr, sorted_ptr, b, BLOCK_M: tl.constexpr):
-    """(sorted rows, row mask, slots) of block b; padding rows repeat the
-    block's first row so their loads stay in bounds (never stored)."""
+def _block_rows(block_info_ptr, n_blocks, b, BLOCK_M: tl.constexpr):
+    """(sorted rows, row mask, slots) of block b (the sorted slots follow
+    the n_blocks x 3 table: `align`); padding rows repeat the block's first
+    row so their loads stay in bounds (never stored)."""
     first = tl.load(block_info_ptr + 3 * b + 1)
     end = tl.load(block_info_ptr + 3 * b + 2)
     rows = first + tl.arange(0, BLOCK_M)
     row_ok = rows < end
     rows = tl.where(row_ok, rows, first)
-    return rows, row_ok, tl.load(sorted_ptr + rows)
+    return rows, row_ok, tl.load(block_info_ptr + 3 * n_blocks + rows)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["n_blocks"])
 def moe_gate_up_kernel(
     x_ptr,
     w13_ptr,
     inter_ptr,  # [slots, I] in x's dtype, rows in sorted order
-    block_info_ptr,
-    sorted_ptr,
+    block_info_ptr,  # [n_blocks, 3], then the sorted slots (`align`)
+    n_blocks,
     topk_weights_ptr,
     x_stride,
     w_stride_e,
@@ -96,7 +97,7 @@ def moe_gate_up_kernel(
     expert = tl.load(block_info_ptr + 3 * tl.program_id(0))
     if expert < 0:  # past the last block
         return
-    rows, row_ok, slots = _block_rows(block_info_ptr, sorted_ptr, tl.program_id(0), BLOCK_M)
+    rows, row_ok, slots = _block_rows(block_info_ptr, n_blocks, tl.program_id(0), BLOCK_M)
     tokens = (slots // TOP_K).to(tl.int64)
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     k = tl.arange(0, BLOCK_K)
@@ -129,13 +130,14 @@ def moe_gate_up_kernel(
     tl.store(out_ptrs, h.to(inter_ptr.dtype.element_ty), mask=row_ok[:, None] & (cols[None, :] < I))
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["n_blocks"])
 def moe_down_kernel(
     inter_ptr,
     w2_ptr,
-    out_ptr,  # K = 1: the output [T, H]; else the per-slot cache [slots, H]
-    block_info_ptr,
-    sorted_ptr,
+    out_ptr,  # K = 1: the output [T, H]; else the call's scratch, with
+    out_offset,  # the slot outputs [slots, H] this many elements in (a multiple of 16: aligned)
+    block_info_ptr,  # [n_blocks, 3], then the sorted slots (`align`)
+    n_blocks,
     topk_weights_ptr,
     w_stride_e,
     w_stride_n,
@@ -154,7 +156,7 @@ def moe_down_kernel(
     expert = tl.load(block_info_ptr + 3 * tl.program_id(0))
     if expert < 0:  # past the last block
         return
-    rows, row_ok, slots = _block_rows(block_info_ptr, sorted_ptr, tl.program_id(0), BLOCK_M)
+    rows, row_ok, slots = _block_rows(block_info_ptr, n_blocks, tl.program_id(0), BLOCK_M)
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     k = tl.arange(0, BLOCK_K)
     a_ptrs = inter_ptr + rows[:, None].to(tl.int64) * I + k[None, :]
@@ -174,13 +176,14 @@ def moe_down_kernel(
     if MUL_WEIGHT:
         acc *= tl.load(topk_weights_ptr + slots).to(tl.float32)[:, None]
     # K = 1: slot == token, and out_ptr is the output itself
-    out_ptrs = out_ptr + slots[:, None].to(tl.int64) * out_stride + cols[None, :]
+    out_ptrs = out_ptr + out_offset + slots[:, None].to(tl.int64) * out_stride + cols[None, :]
     tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=row_ok[:, None] & (cols[None, :] < H))
 
 
 @triton.jit(do_not_specialize=["n_tokens"])
 def moe_sum_kernel(
-    cache_ptr,  # [T * TOP_K, H]
+    cache_ptr,  # the call's scratch, with the slot outputs [T * TOP_K, H]
+    cache_offset,  # this many elements in (a multiple of 16)
     ids_ptr,
     out_ptr,
     n_tokens,
@@ -202,7 +205,8 @@ def moe_sum_kernel(
         slots = tokens.to(tl.int64) * TOP_K + k
         e = tl.load(ids_ptr + slots, mask=t_ok)
         ok = (t_ok & (e >= 0) & (e < E))[:, None] & c_ok
-        acc += load_or_zero(cache_ptr + slots[:, None] * H + cols[None, :], ok, ZERO_AFTER_LOAD).to(tl.float32)
+        tile = cache_ptr + cache_offset + slots[:, None] * H + cols[None, :]
+        acc += load_or_zero(tile, ok, ZERO_AFTER_LOAD).to(tl.float32)
     out_ptrs = out_ptr + tokens[:, None].to(tl.int64) * out_stride + cols[None, :]
     tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=t_ok[:, None] & c_ok)
 
@@ -257,7 +261,7 @@ def _tiles(config, key, default, size, use_dot):
 
 
 class _Plan:
-    """What a shape class launches with: block sizes, constexprs, options."""
+    """What a shape class launches with: block sizes, constexprs, `run_keywords`."""
 
     def __init__(self, experts, top_k, hidden, inter, dtype, activation, on_input, formulation, config, caps=None):
         caps = caps or capabilities()
@@ -276,7 +280,7 @@ class _Plan:
             while bm * dbk * dbn > SUM_TILE_CAP and dbk > 1:
                 dbk //= 2
         # every kernel's constexprs, in its signature's order (`ops.launch`)
-        self.options = launch_options(config)
+        self.keywords = run_keywords(launch_options(config))
         common = dict(H=hidden, I=inter, BLOCK_M=bm, USE_DOT=use_dot, DOT_FP32=dot_fp32, ZERO_AFTER_LOAD=zero)
         self.gate_up = constexpr_args(moe_gate_up_kernel, **common, TOP_K=top_k, BLOCK_N=bn, BLOCK_K=bk,
                                       ACTIVATION=ACTIVATIONS.index(activation), WEIGHT_ON_INPUT=on_input)  # fmt: skip
@@ -310,24 +314,27 @@ def _plan(bucket, experts, top_k, hidden, inter, dtype, activation, on_input, fo
 
 
 def align_slots(topk_ids: torch.Tensor, num_experts: int, plan: _Plan):
-    """(sorted slots [n], block table [bound, 3], bound) for the flat ids (see `align`)."""
+    """(index, n_blocks) for the flat ids: index [3 * n_blocks + n] int32 is
+    the block table [n_blocks, 3] then the n sorted slots (see `align`)."""
     n = topk_ids.numel()
     bound = min(n, -(-n // plan.block_m) + min(num_experts, n))
     if n <= align.SINGLE_PROGRAM_SLOTS:
-        index = torch.empty(n + 3 * bound, dtype=torch.int32, device=topk_ids.device)
-        sorted_slots, block_info = index[:n], index[n:]
-        align.moe_align_single_kernel[(1,)](topk_ids, sorted_slots, block_info, n, bound, *plan.align_single)
-        return sorted_slots, block_info, bound
+        index = topk_ids.new_empty(3 * bound + n, dtype=torch.int32)
+        align.moe_align_single_kernel.run(topk_ids, index, n, bound, *plan.align_single, grid=(1,), warmup=False)
+        return index, bound
     chunk = max(align.MIN_CHUNK, 1 << (-(-n // align.MAX_CHUNKS) - 1).bit_length())
     chunks = -(-n // chunk)
-    index = torch.empty(n + 3 * bound + (chunks + 1) * num_experts, dtype=torch.int32, device=topk_ids.device)
-    sorted_slots, block_info = index[:n], index[n : n + 3 * bound]
-    chunk_counts, starts = index[n + 3 * bound : -num_experts], index[-num_experts:]
-    align.moe_align_count_kernel[(chunks,)](topk_ids, chunk_counts, n, chunk, *plan.align_count)
-    align.moe_align_prefix_kernel[(1,)](chunk_counts, starts, block_info, chunks, bound, *plan.align_prefix)
-    align.moe_align_scatter_kernel[(chunks,)](topk_ids, chunk_counts, starts, sorted_slots, n, chunk,
-                                              *plan.align_scatter)  # fmt: skip
-    return sorted_slots, block_info, bound
+    index = topk_ids.new_empty(3 * bound + n + (chunks + 1) * num_experts, dtype=torch.int32)
+    # after the table and the sorted slots: the chunks' expert counts, then the experts' starts
+    sorted_slots = index[3 * bound : 3 * bound + n]
+    chunk_counts, starts = index[3 * bound + n : -num_experts], index[-num_experts:]
+    align.moe_align_count_kernel.run(topk_ids, chunk_counts, n, chunk, *plan.align_count, grid=(chunks,),
+                                     warmup=False)  # fmt: skip
+    align.moe_align_prefix_kernel.run(chunk_counts, starts, index, chunks, bound, *plan.align_prefix,
+                                      grid=(1,), warmup=False)  # fmt: skip
+    align.moe_align_scatter_kernel.run(topk_ids, chunk_counts, starts, sorted_slots, n, chunk, *plan.align_scatter,
+                                       grid=(chunks,), warmup=False)  # fmt: skip
+    return index, bound
 
 
 def fused_experts(
@@ -339,6 +346,7 @@ def fused_experts(
     *,
     activation: str = "silu",
     apply_router_weight_on_input: bool = False,
+    out: torch.Tensor | None = None,
     check: bool = True,
     formulation: str | None = None,
     config: dict | None = None,
@@ -355,45 +363,62 @@ def fused_experts(
     rejects ids outside [0, E) (a sync); unchecked, the launcher reads only
     the sizes it launches with (a wrong shape reads unrelated memory) and
     ids outside [0, E) contribute nothing (expert parallelism's -1). `formulation`
-    ("dot" | "sum") overrides the config's.
+    ("dot" | "sum") overrides the config's. `out` [T, H] (rows may be
+    strided) receives the result instead of a new tensor; it may be
+    hidden_states itself (SGLang's ``inplace``: the input is read in full
+    before the output is written), no other tensor of the call.
     """
     if checked_mode(check):
         tokens, hidden, experts, inter, top_k = _validate(hidden_states, w13, w2, topk_weights, topk_ids, activation,
                                                           formulation)  # fmt: skip
+        if out is not None:
+            require_tensor(OP, "out", out, ndim=2)
+            require_same(OP, "shapes of out and hidden_states", out=tuple(out.shape),
+                         hidden_states=tuple(hidden_states.shape))  # fmt: skip
+            require_same(OP, "dtypes of out and hidden_states", out=out.dtype, hidden_states=hidden_states.dtype)
+            require_same_device(OP, hidden_states=hidden_states, out=out)
         if tokens:
             _check_ids(topk_ids, experts)
-    else:  # the launch's sizes only: the shapes are the caller's promise
+        tensors = (hidden_states, w13, w2, topk_weights, topk_ids)
+    else:  # the launch's sizes only: the shapes and devices are the caller's promise
         (tokens, hidden), experts, inter, top_k = hidden_states.shape, w13.shape[0], w2.shape[2], topk_ids.shape[1]
-    out = torch.empty(tokens, hidden, dtype=hidden_states.dtype, device=hidden_states.device)
+        tensors = (hidden_states,)
+    if out is None:
+        out = hidden_states.new_empty(tokens, hidden)
     if tokens == 0:
         return out
-    if not use_triton(OP, hidden_states, w13, w2, topk_weights, topk_ids):
-        return reference.fused_experts(hidden_states, w13, w2, topk_weights, topk_ids, activation=activation,
-                                       apply_router_weight_on_input=apply_router_weight_on_input)  # fmt: skip
+    if not use_triton(OP, *tensors):
+        return out.copy_(reference.fused_experts(hidden_states, w13, w2, topk_weights, topk_ids, activation=activation,
+                                                 apply_router_weight_on_input=apply_router_weight_on_input))  # fmt: skip
     args = (1 << (tokens - 1).bit_length(), experts, top_k, hidden, inter, hidden_states.dtype, activation,
             bool(apply_router_weight_on_input), formulation)  # fmt: skip
     plan = _plan(*args) if config is None else _plan.uncached(*args, config)
     ids = topk_ids if topk_ids.is_contiguous() else topk_ids.contiguous()
     weights = topk_weights if topk_weights.is_contiguous() else topk_weights.contiguous()
-    sorted_slots, block_info, bound = align_slots(ids, experts, plan)
+    index, bound = align_slots(ids, experts, plan)
     n = tokens * top_k
-    inter_cache = torch.empty(n, inter, dtype=hidden_states.dtype, device=hidden_states.device)
-    moe_gate_up_kernel[(bound, plan.gate_up_tiles)](
-        hidden_states, w13, inter_cache, block_info, sorted_slots, weights,
-        hidden_states.stride(0), w13.stride(0), w13.stride(1), *plan.gate_up, **plan.options,
+    # One scratch allocation: the sorted rows' act(gate) * up [n, I], then
+    # (K > 1) the slots' outputs [n, H] from a 64-element boundary (aligned
+    # whatever n: Triton specialises the offset on its 16-divisibility).
+    inter_size = -(-n * inter // 64) * 64
+    scratch = hidden_states.new_empty(inter_size + n * hidden if top_k > 1 else n * inter)
+    moe_gate_up_kernel.run(
+        hidden_states, w13, scratch, index, bound, weights, hidden_states.stride(0), *w13.stride()[:2],
+        *plan.gate_up, grid=(bound, plan.gate_up_tiles), **plan.keywords,
     )  # fmt: skip
     if top_k == 1:
-        moe_down_kernel[(bound, plan.down_tiles)](
-            inter_cache, w2, out, block_info, sorted_slots, weights, w2.stride(0), w2.stride(1), out.stride(0),
-            *plan.down, **plan.options,
+        moe_down_kernel.run(
+            scratch, w2, out, 0, index, bound, weights, *w2.stride()[:2], out.stride(0),
+            *plan.down, grid=(bound, plan.down_tiles), **plan.keywords,
         )  # fmt: skip
         return out
-    slot_cache = torch.empty(n, hidden, dtype=hidden_states.dtype, device=hidden_states.device)
-    moe_down_kernel[(bound, plan.down_tiles)](
-        inter_cache, w2, slot_cache, block_info, sorted_slots, weights, w2.stride(0), w2.stride(1), hidden,
-        *plan.down, **plan.options,
+    moe_down_kernel.run(
+        scratch, w2, scratch, inter_size, index, bound, weights, *w2.stride()[:2], hidden,
+        *plan.down, grid=(bound, plan.down_tiles), **plan.keywords,
     )  # fmt: skip
-    moe_sum_kernel[(-(-tokens // plan.sum_rows), plan.sum_cols)](
-        slot_cache, ids, out, tokens, out.stride(0), *plan.sum,
+    moe_sum_kernel.run(
+        scratch, inter_size, ids, out, tokens, out.stride(0), *plan.sum,
+        grid=(-(-tokens // plan.sum_rows), plan.sum_cols),
+        warmup=False,  # the config's num_warps/num_stages are the GEMMs'; the sum keeps Triton's defaults
     )  # fmt: skip
     return out

@@ -22,7 +22,7 @@ import triton
 import triton.language as tl
 
 from ...runtime import get_config, launch_options, plan_cache, use_triton
-from ..launch import constexpr_args
+from ..launch import constexpr_args, run_keywords
 from ..validation import (
     checked_mode,
     power_of_two_at_most,
@@ -156,7 +156,7 @@ def _validate_tensors(router_logits, correction_bias):
 @plan_cache
 def _plan(experts, top_k, scoring, has_bias, num_expert_group, topk_group, scaled, renormalize, config=None):
     """(top_k, ROWS, the kernel's constexprs by name, the same in signature
-    order, the launch options) of a shape class,
+    order, the `run_keywords`) of a shape class,
     its scalar arguments validated: resolved once per class, target and
     config directory (an explicit `config` builds afresh), so a call pays
     neither lookup nor checks."""
@@ -185,8 +185,7 @@ def _plan(experts, top_k, scoring, has_bias, num_expert_group, topk_group, scale
                 SIGMOID=scoring == "sigmoid", HAS_BIAS=has_bias, GROUPS=groups,
                 BLOCK_G=triton.next_power_of_2(max(groups, 1)), TOPK_GROUP=topk_group or 0,
                 RENORMALIZE=renormalize, SCALE=scaled)  # fmt: skip
-    options = launch_options(config)
-    return top_k, rows, meta, constexpr_args(moe_topk_kernel, **meta), options
+    return top_k, rows, meta, constexpr_args(moe_topk_kernel, **meta), run_keywords(launch_options(config))
 
 
 def moe_topk(
@@ -220,7 +219,7 @@ def moe_topk(
     if type(top_k) is not int:  # 2.0 would share 2's cached plan
         top_k = require_number(OP, "top_k", top_k, minimum=1, integer=True)
     args = (experts, top_k, scoring, correction_bias is not None, num_expert_group, topk_group, scaled, bool(renormalize))
-    top_k, rows, _, constexprs, options = _plan(*args) if config is None else _plan.uncached(*args, config)
+    top_k, rows, _, constexprs, keywords = _plan(*args) if config is None else _plan.uncached(*args, config)
     scaling = require_number(OP, "routed_scaling_factor", routed_scaling_factor, above=0.0) if scaled else 1.0
     device = router_logits.device
     weights = torch.empty(tokens, top_k, dtype=torch.float32, device=device)
@@ -231,8 +230,8 @@ def moe_topk(
         return reference.moe_topk(router_logits, top_k, renormalize=renormalize, scoring=scoring,
                                   correction_bias=correction_bias, num_expert_group=num_expert_group,
                                   topk_group=topk_group, routed_scaling_factor=routed_scaling_factor)  # fmt: skip
-    moe_topk_kernel[(-(-tokens // rows),)](
+    moe_topk_kernel.run(
         router_logits, router_logits if correction_bias is None else correction_bias, weights, ids,
-        tokens, router_logits.stride(0), scaling, *constexprs, **options,
+        tokens, router_logits.stride(0), scaling, *constexprs, grid=(-(-tokens // rows),), **keywords,
     )  # fmt: skip
     return weights, ids

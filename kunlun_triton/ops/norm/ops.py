@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from ...runtime import capabilities, get_config, launch_options, plan_cache, use_triton
-from ..launch import constexpr_args
+from ..launch import constexpr_args, run_keywords
 from ..validation import (
     as_rows,
     checked_mode,
@@ -67,7 +67,7 @@ def _row_plan(op: str, width: int, config: dict) -> RowPlan:
     rows = max(1, min(rows, MAX_TILE_ELEMENTS // block_cols))
     constexprs = constexpr_args(_KERNELS[op], N_COLS=width, BLOCK_COLS=block_cols, ROWS_PER_PROGRAM=rows,
                                 LOAD_IGNORES_OTHER=capabilities().load_ignores_other)  # fmt: skip
-    return RowPlan(rows, constexprs, launch_options(config))
+    return RowPlan(rows, constexprs, run_keywords(launch_options(config)))
 
 
 @plan_cache
@@ -85,11 +85,11 @@ def _launch(op: str, x_rows, residual_rows, weight, out_rows, eps: float, config
     grid = (-(-n_rows // plan.rows_per_program),)
     kernel = _KERNELS[op]
     if residual_rows is None:
-        kernel[grid](x_rows, weight, out_rows, n_rows, x_rows.stride(0), out_rows.stride(0), eps, *plan.constexprs,
-                     **plan.launch)  # fmt: skip
+        kernel.run(x_rows, weight, out_rows, n_rows, x_rows.stride(0), out_rows.stride(0), eps, *plan.constexprs,
+                   grid=grid, **plan.launch)  # fmt: skip
     else:
-        kernel[grid](x_rows, residual_rows, weight, out_rows, n_rows, x_rows.stride(0), residual_rows.stride(0),
-                     out_rows.stride(0), eps, *plan.constexprs, **plan.launch)  # fmt: skip
+        kernel.run(x_rows, residual_rows, weight, out_rows, n_rows, x_rows.stride(0), residual_rows.stride(0),
+                   out_rows.stride(0), eps, *plan.constexprs, grid=grid, **plan.launch)  # fmt: skip
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *, check: bool = True,

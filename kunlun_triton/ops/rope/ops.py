@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from ...runtime import INDEX_DTYPES, capabilities, get_config, launch_options, plan_cache, use_triton
-from ..launch import constexpr_args
+from ..launch import constexpr_args, run_keywords
 from ..validation import checked_mode, power_of_two_at_most, require_number, require_same_device, require_tensor
 from . import kernels, reference
 
@@ -71,7 +71,7 @@ def _rope_plan(num_q_heads: int, num_k_heads: int, rotary_dim: int, is_neox: boo
         kernels.rotary_embedding_kernel, NUM_Q_HEADS=num_q_heads, NUM_K_HEADS=num_k_heads, ROT_HALF=rot_half,
         BLOCK_HALF=1 << max(rot_half - 1, 0).bit_length(), IS_NEOX=is_neox, TOKENS_PER_PROGRAM=tokens,
         HEADS_PER_PROGRAM=heads, LOAD_IGNORES_OTHER=capabilities().load_ignores_other)  # fmt: skip
-    return RopePlan(tokens, heads, constexprs, launch_options(config))
+    return RopePlan(tokens, heads, constexprs, run_keywords(launch_options(config)))
 
 
 @plan_cache
@@ -158,7 +158,7 @@ def rotary_embedding(
     else:
         plan = _rope_plan(num_q_heads, num_k_heads, rotary_dim, is_neox, config)
     grid = (-(-n_tokens // plan.tokens_per_program), -(-(num_q_heads + num_k_heads) // plan.heads_per_program))
-    kernels.rotary_embedding_kernel[grid](
+    kernels.rotary_embedding_kernel.run(
         positions, query, query if key is None else key, cos_sin_cache, n_tokens, q_token_stride, q_head_stride,
-        k_token_stride, k_head_stride, cos_sin_cache.stride(0), *plan.constexprs, **plan.launch)  # fmt: skip
+        k_token_stride, k_head_stride, cos_sin_cache.stride(0), *plan.constexprs, grid=grid, **plan.launch)  # fmt: skip
     return query, key

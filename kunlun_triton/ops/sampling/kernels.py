@@ -82,9 +82,9 @@ ST_FIELDS = tl.constexpr(6)
 
 @triton.jit
 def _sections(n_rows, n_blocks, TOP_R: tl.constexpr, PIVOTS: tl.constexpr):
-    """Offsets (in 4-byte words) of the scratch sections in the one buffer a
-    call allocates (read as fp32 through one pointer, int32 through the
-    other). ``ns = rows * blocks`` slots, slot = row * n_blocks + block.
+    """Offsets (in 4-byte words) of the scratch sections in the one int32
+    buffer a call allocates (read as fp32 through one pointer, int32 through
+    the other: `scratch_pointers`). ``ns = rows * blocks`` slots, slot = row * n_blocks + block.
     fp32: block max, block sum, block winner score, top values [ns, TOP_R],
     row max and Z [2, rows], pivot masses and winners [ns, PIVOTS] each;
     int32: block winner id, top ids [ns, TOP_R], row state [ST_FIELDS, rows],
@@ -103,6 +103,13 @@ def _sections(n_rows, n_blocks, TOP_R: tl.constexpr, PIVOTS: tl.constexpr):
     i_count = i_row + ST_FIELDS * n_rows
     i_pid = i_count + ns * PIVOTS
     return f_sum, f_win, f_top, f_row, f_mass, f_pwin, i_win, i_top, i_row, i_count, i_pid
+
+
+@triton.jit
+def scratch_pointers(scratch_ptr):
+    """(fp32, int32) pointers to the int32 scratch: a bitcast in the kernel
+    instead of a second tensor view per call on the host (0.8 us there)."""
+    return scratch_ptr.to(tl.pointer_type(tl.float32), bitcast=True), scratch_ptr
 
 
 @triton.jit
@@ -144,7 +151,7 @@ def _stream(seed_ptr, position_ptr, rows, row_mask, IGNORES_OTHER: tl.constexpr)
 
 @triton.jit
 def block_stats_kernel(
-    logits_ptr, temperature_ptr, seed_ptr, position_ptr, f_ptr, i_ptr, n_rows, vocab, row_stride, n_blocks,
+    logits_ptr, temperature_ptr, seed_ptr, position_ptr, scratch_ptr, n_rows, vocab, row_stride, n_blocks,
     BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr, TOP_R: tl.constexpr, PIVOTS: tl.constexpr,
     SAMPLING: tl.constexpr, NEED_SUM: tl.constexpr, IGNORES_OTHER: tl.constexpr,
 ):  # fmt: skip
@@ -158,6 +165,7 @@ def block_stats_kernel(
     cols = block * BLOCK_V + tl.arange(0, BLOCK_V)
     valid = row_mask[:, None] & (cols[None, :] < vocab)
     logits = load_logits(logits_ptr + rows[:, None].to(tl.int64) * row_stride + cols[None, :], valid, IGNORES_OTHER)
+    f_ptr, i_ptr = scratch_pointers(scratch_ptr)
     f_sum, f_win, f_top, f_row, f_mass, f_pwin, i_win, i_top, i_row, i_count, i_pid = _sections(
         n_rows, n_blocks, TOP_R, PIVOTS
     )
@@ -185,7 +193,7 @@ def block_stats_kernel(
 
 @triton.jit
 def combine_kernel(
-    logits_ptr, temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, seed_ptr, position_ptr, f_ptr, i_ptr, out_ptr,
+    logits_ptr, temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, seed_ptr, position_ptr, scratch_ptr, out_ptr,
     n_rows, vocab, row_stride, n_blocks,
     BLOCK_R: tl.constexpr, NB_PAD: tl.constexpr, TOP_R: tl.constexpr, PIVOTS: tl.constexpr,
     SAMPLING: tl.constexpr, HAS_TOP_K: tl.constexpr, HAS_TOP_P: tl.constexpr, HAS_MIN_P: tl.constexpr,
@@ -195,6 +203,7 @@ def combine_kernel(
     (module docstring) and leave the others' state for the pivot rounds."""
     rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     row_mask = rows < n_rows
+    f_ptr, i_ptr = scratch_pointers(scratch_ptr)
     f_sum, f_win, f_top, f_row, f_mass, f_pwin, i_win, i_top, i_row, i_count, i_pid = _sections(
         n_rows, n_blocks, TOP_R, PIVOTS
     )

@@ -23,9 +23,13 @@ finite float32 (several +inf share the draw evenly). Logits of any finite
 magnitude work: the kernels subtract the row max before dividing by the
 temperature. A row with no finite logit returns token 0 (SGLang's choice
 when sampling fails) without disturbing the other rows; ``strict=True``
-raises instead (one device sync). Parameter values out of range raise
-ValueError before any kernel runs (one device sync; ``check_values=False``
-skips it when the caller has validated, as SGLang's sampling params do).
+raises instead (one device sync). Checked mode (``check=True``, the
+default, and not ``KUNLUN_TRITON_CHECK=0``) validates the inputs and raises
+ValueError for parameter values out of range before any kernel runs (one
+device sync). ``check=False`` skips both when the caller has validated, as
+SGLang's sampling params do: per-row tensors of the right dtype are then
+taken as they are (their shape, device and contiguity are the caller's
+promise), and numbers and other dtypes are still converted.
 
 Launch plan (`sample_plan`, also what `OpSpec.kernels` compiles): see
 `kernels` for the passes. A filter given as a plain number that filters
@@ -43,8 +47,8 @@ from dataclasses import dataclass
 import torch
 
 from ...runtime import capabilities, current_target, get_config, launch_options, plan_cache, use_triton
-from ..launch import constexpr_args
-from ..validation import require_tensor
+from ..launch import constexpr_args, run_keywords
+from ..validation import checked_mode, require_tensor
 from . import kernels, pivot_kernels, reference, renorm_kernels
 
 TOP_R = 4  # a block's largest values handed to stage 2 (S covers top-k <= ~70 at vocab 152k)
@@ -77,11 +81,12 @@ def _constant_rows(value, batch: int, dtype, device) -> torch.Tensor:
 _KIND_DTYPES = {"float": (torch.float32,), "int": (torch.int32, torch.int64)}
 
 
-def _per_row(op: str, name: str, value, batch: int, device, kind: str) -> torch.Tensor:
+def _per_row(op: str, name: str, value, batch: int, device, kind: str, check: bool = True) -> torch.Tensor:
     """`value` (a number or a [batch] tensor) as a contiguous [batch] tensor:
-    kind "float" -> float32; "int" -> int32 or int64 as given (numbers: int64)."""
-    if (isinstance(value, torch.Tensor) and value.dtype in _KIND_DTYPES[kind] and value.shape == (batch,)
-            and value.device == device and value.is_contiguous()):  # fmt: skip
+    kind "float" -> float32; "int" -> int32 or int64 as given (numbers: int64).
+    Unchecked, a tensor of such a dtype is taken as it is."""
+    if value.__class__ is torch.Tensor and value.dtype in _KIND_DTYPES[kind] and (
+            not check or (value.shape == (batch,) and value.device == device and value.is_contiguous())):  # fmt: skip
         return value  # the common case (SGLang's), in a few attribute reads
     if _is_number(value):
         if kind != "float" and not isinstance(value, numbers.Integral):
@@ -149,7 +154,7 @@ class SamplePlan:
     # `OpSpec.kernels` compiles and scripts/sampling_counts.py counts
     launches: list
     scratch_words: int  # 4-byte words of scratch (`scratch_words`)
-    # (kernel, grid, argument getter, constexprs in order, launch options):
+    # (kernel, grid, argument getter, constexprs in order, `run_keywords`):
     # what a call launches (`ops.launch`)
     calls: tuple
 
@@ -176,7 +181,8 @@ def sample_plan(batch: int, vocab: int, config: dict, *, sampling=True, top_k=Tr
         launches.append(("decide_kernel", row_grid, {**common, "BLOCK_V": block_v, "NB_PAD": _next_pow2(n_blocks),
                                                      **has, "LAST": r == ROUNDS - 1}))  # fmt: skip
     options = launch_options(config, target)
-    calls = tuple((_KERNELS[name], grid, _ARG_GETTERS[name], constexpr_args(_KERNELS[name], **meta), options)
+    keywords = run_keywords(options)
+    calls = tuple((_KERNELS[name], grid, _ARG_GETTERS[name], constexpr_args(_KERNELS[name], **meta), keywords)
                   for name, grid, meta in launches)  # fmt: skip
     launches = [(name, grid, {**meta, **options}) for name, grid, meta in launches]
     return SamplePlan(n_blocks, launches, scratch_words(batch, n_blocks, common["TOP_R"]), calls)
@@ -192,25 +198,25 @@ _KERNELS = {"block_stats_kernel": kernels.block_stats_kernel, "combine_kernel": 
             "pivot_kernel": pivot_kernels.pivot_kernel, "decide_kernel": pivot_kernels.decide_kernel}  # fmt: skip
 # Argument names of each kernel, in order (pointers end in _ptr in the kernels).
 _ARGS = {
-    "block_stats_kernel": ("logits", "temperature", "seed", "position", "f", "i", "n_rows", "vocab", "row_stride", "n_blocks"),
-    "combine_kernel": ("logits", "temperature", "top_k", "top_p", "min_p", "seed", "position", "f", "i", "out",
+    "block_stats_kernel": ("logits", "temperature", "seed", "position", "scratch", "n_rows", "vocab", "row_stride", "n_blocks"),
+    "combine_kernel": ("logits", "temperature", "top_k", "top_p", "min_p", "seed", "position", "scratch", "out",
                        "n_rows", "vocab", "row_stride", "n_blocks"),
-    "pivot_kernel": ("logits", "temperature", "min_p", "seed", "position", "f", "i", "n_rows", "vocab", "row_stride", "n_blocks"),
-    "decide_kernel": ("logits", "temperature", "top_k", "top_p", "min_p", "seed", "position", "f", "i", "out",
+    "pivot_kernel": ("logits", "temperature", "min_p", "seed", "position", "scratch", "n_rows", "vocab", "row_stride", "n_blocks"),
+    "decide_kernel": ("logits", "temperature", "top_k", "top_p", "min_p", "seed", "position", "scratch", "out",
                       "n_rows", "vocab", "row_stride", "n_blocks"),
 }  # fmt: skip
 # A call gathers every argument once, in this order; each launch picks its own.
-_CALL_ARGS = ("logits", "temperature", "top_k", "top_p", "min_p", "seed", "position", "f", "i", "out", "n_rows", "vocab",
+_CALL_ARGS = ("logits", "temperature", "top_k", "top_p", "min_p", "seed", "position", "scratch", "out", "n_rows", "vocab",
               "row_stride", "n_blocks")  # fmt: skip
 _ARG_GETTERS = {name: operator.itemgetter(*(_CALL_ARGS.index(a) for a in args)) for name, args in _ARGS.items()}
 
 
 def _launch(plan: SamplePlan, batch, vocab, logits, temperature, top_k, top_p, min_p, seed, position, scratch,
             out) -> None:  # fmt: skip
-    args = (logits, temperature, top_k, top_p, min_p, seed, position, scratch.view(torch.float32), scratch, out,
-            batch, vocab, logits.stride(0), plan.n_blocks)  # fmt: skip
-    for kernel, grid, pick, constexprs, options in plan.calls:
-        kernel[grid](*pick(args), *constexprs, **options)
+    args = (logits, temperature, top_k, top_p, min_p, seed, position, scratch, out, batch, vocab, logits.stride(0),
+            plan.n_blocks)  # fmt: skip
+    for kernel, grid, pick, constexprs, keywords in plan.calls:
+        kernel.run(*pick(args), *constexprs, grid=grid, **keywords)
 
 
 def plan_kernel_specs(plan, dtypes: dict) -> list:
@@ -233,14 +239,14 @@ def sample_arg_dtypes(logits_dtype, top_k_dtype=torch.int32) -> dict:
     """The dtype of each tensor argument `sample`'s kernels get (SGLang
     passes int32 top-k; a number becomes int64)."""
     return {"logits": logits_dtype, "temperature": torch.float32, "top_k": top_k_dtype, "top_p": torch.float32,
-            "min_p": torch.float32, "seed": torch.int64, "position": torch.int64, "f": torch.float32,
-            "i": torch.int32, "out": torch.int64}  # fmt: skip
+            "min_p": torch.float32, "seed": torch.int64, "position": torch.int64, "scratch": torch.int32,
+            "out": torch.int64}  # fmt: skip
 
 
 def greedy_arg_dtypes(logits_dtype) -> dict:
     """`greedy` passes its output for the parameters its kernels never read."""
     return {**{a: torch.int64 for a in ("temperature", "top_k", "top_p", "min_p", "seed", "position", "out")},
-            "logits": logits_dtype, "f": torch.float32, "i": torch.int32}  # fmt: skip
+            "logits": logits_dtype, "scratch": torch.int32}  # fmt: skip
 
 
 def _is_number(value) -> bool:
@@ -277,7 +283,7 @@ def greedy(logits: torch.Tensor, *, config: dict | None = None) -> torch.Tensor:
     batch, vocab = logits.shape
     if not use_triton("greedy", logits):
         return reference.greedy(logits)
-    out = torch.empty(batch, dtype=torch.int64, device=logits.device)
+    out = logits.new_empty(batch, dtype=torch.int64)
     if batch == 0:
         return out
     if config is None:
@@ -285,7 +291,7 @@ def greedy(logits: torch.Tensor, *, config: dict | None = None) -> torch.Tensor:
     else:
         plan = sample_plan(batch, vocab, _config("greedy", vocab, config), sampling=False, top_k=False, top_p=False,
                            min_p=False)  # fmt: skip
-    scratch = torch.empty(plan.scratch_words, dtype=torch.int32, device=logits.device)
+    scratch = logits.new_empty(plan.scratch_words, dtype=torch.int32)
     _launch(plan, batch, vocab, logits, out, out, out, out, out, out, scratch, out)  # no sampling parameters to read
     return out
 
@@ -300,7 +306,7 @@ def sample(
     positions=None,
     generator: torch.Generator | None = None,
     *,
-    check_values: bool = True,
+    check: bool = True,
     strict: bool = False,
     config: dict | None = None,
 ) -> torch.Tensor:
@@ -313,22 +319,24 @@ def sample(
     seeds, positions: int per row; with seeds, the token is a pure function
     of (seed, position, row). positions default to 0. Without seeds, seeds
     come from `generator` (or the default generator of the logits' device).
-    See the module docstring for the filter order and bad rows.
+    See the module docstring for the filter order, bad rows and `check`.
     """
     op = "sample"
-    _check_matrix(op, "logits", logits)
+    checked = checked_mode(check)
+    if checked:
+        _check_matrix(op, "logits", logits)
     batch, vocab = logits.shape
     device = logits.device
     flags = _plan_flags(vocab, temperatures, top_ks, top_ps, min_ps)
-    temperatures = _per_row(op, "temperatures", temperatures, batch, device, "float")
-    top_ks = _per_row(op, "top_ks", top_ks, batch, device, "int")
-    top_ps = _per_row(op, "top_ps", top_ps, batch, device, "float")
-    min_ps = _per_row(op, "min_ps", min_ps, batch, device, "float")
+    temperatures = _per_row(op, "temperatures", temperatures, batch, device, "float", checked)
+    top_ks = _per_row(op, "top_ks", top_ks, batch, device, "int", checked)
+    top_ps = _per_row(op, "top_ps", top_ps, batch, device, "float", checked)
+    min_ps = _per_row(op, "min_ps", min_ps, batch, device, "float", checked)
     if seeds is None:
         seeds = _draw_seeds(batch, device, generator)
-    seeds = _per_row(op, "seeds", seeds, batch, device, "int")
-    positions = _per_row(op, "positions", 0 if positions is None else positions, batch, device, "int")
-    if check_values and batch:
+    seeds = _per_row(op, "seeds", seeds, batch, device, "int", checked)
+    positions = _per_row(op, "positions", 0 if positions is None else positions, batch, device, "int", checked)
+    if checked and batch:
         _raise_if_any(
             op,
             [
@@ -342,7 +350,7 @@ def sample(
         _raise_if_any(op, [("logits", ~(logits > float("-inf")).any(dim=1), "a row with a finite or +inf value")])
     if not use_triton(op, logits):
         return reference.sample(logits, temperatures, top_ks, top_ps, min_ps, seeds, positions)
-    out = torch.empty(batch, dtype=torch.int64, device=device)
+    out = logits.new_empty(batch, dtype=torch.int64)
     if batch == 0:
         return out
     if config is None:
@@ -351,7 +359,7 @@ def sample(
         sampling, top_k, top_p, min_p = flags
         plan = sample_plan(batch, vocab, _config(op, vocab, config), sampling=sampling, top_k=top_k, top_p=top_p,
                            min_p=min_p)  # fmt: skip
-    scratch = torch.empty(plan.scratch_words, dtype=torch.int32, device=device)
+    scratch = logits.new_empty(plan.scratch_words, dtype=torch.int32)
     if seeds.dtype != torch.int64:
         seeds = seeds.to(torch.int64)
     if positions.dtype != torch.int64:
@@ -368,42 +376,44 @@ def _draw_seeds(batch: int, device, generator) -> torch.Tensor:
     return seeds.to(device)
 
 
-def _renorm(op: str, probs, top_ks, top_ps, min_ps, check_values: bool, config: dict | None) -> torch.Tensor:
-    _check_matrix(op, "probs", probs)
+def _renorm(op: str, probs, top_ks, top_ps, min_ps, check: bool, config: dict | None) -> torch.Tensor:
+    checked = checked_mode(check)
+    if checked:
+        _check_matrix(op, "probs", probs)
     batch, vocab = probs.shape
     device = probs.device
-    check = check_values and batch
+    check_rows = checked and batch
     checks = []  # (name, bad rows, rule): built only when checked (each is a device op)
     if top_ks is not None:
-        top_ks = _per_row(op, "top_ks", top_ks, batch, device, "int")
-        if check:
+        top_ks = _per_row(op, "top_ks", top_ks, batch, device, "int", checked)
+        if check_rows:
             checks.append(("top_ks", (top_ks < 1) & (top_ks != -1), ">= 1 (or -1 for no top-k)"))
     else:
         top_ks = _constant_rows(-1, batch, torch.int64, device)
     if top_ps is not None:
-        top_ps = _per_row(op, "top_ps", top_ps, batch, device, "float")
-        if check:
+        top_ps = _per_row(op, "top_ps", top_ps, batch, device, "float", checked)
+        if check_rows:
             checks.append(("top_ps", ~((top_ps > 0) & (top_ps <= 1)), "in (0, 1]"))
     else:
         top_ps = _constant_rows(1.0, batch, torch.float32, device)
     if min_ps is not None:
-        min_ps = _per_row(op, "min_ps", min_ps, batch, device, "float")
-        if check:
+        min_ps = _per_row(op, "min_ps", min_ps, batch, device, "float", checked)
+        if check_rows:
             checks.append(("min_ps", ~((min_ps >= 0) & (min_ps <= 1)), "in [0, 1]"))
     else:
         min_ps = _constant_rows(0.0, batch, torch.float32, device)
-    if check:
+    if check_rows:
         _raise_if_any(op, checks)
     if not use_triton(op, probs):
         top_ks = torch.where((top_ks < 1) | (top_ks > vocab), vocab, top_ks)
         return reference.renorm_probs(probs, top_ks, top_ps, min_ps).to(probs.dtype)
-    out = torch.empty((batch, vocab), dtype=probs.dtype, device=device)
+    out = probs.new_empty(batch, vocab)
     if batch == 0:
         return out
-    grid, constexprs, options = _cached_renorm_plan(op, batch, vocab) if config is None else \
+    grid, constexprs, keywords = _cached_renorm_plan(op, batch, vocab) if config is None else \
         _renorm_plan(batch, vocab, _config(op, vocab, config))  # fmt: skip
-    renorm_kernels.renorm_probs_kernel[grid](probs, top_ks, top_ps, min_ps, out, batch, vocab, probs.stride(0),
-                                             out.stride(0), *constexprs, **options)  # fmt: skip
+    renorm_kernels.renorm_probs_kernel.run(probs, top_ks, top_ps, min_ps, out, batch, vocab, probs.stride(0),
+                                           out.stride(0), *constexprs, grid=grid, **keywords)  # fmt: skip
     return out
 
 
@@ -416,9 +426,9 @@ def renorm_launch(batch: int, vocab: int, config: dict, target=None):
 
 
 def _renorm_plan(batch: int, vocab: int, config: dict):
-    """(grid, constexprs in order, launch options) of one renorm call."""
+    """(grid, constexprs in order, `run_keywords`) of one renorm call."""
     grid, constexprs, options = renorm_launch(batch, vocab, config)
-    return grid, constexpr_args(renorm_kernels.renorm_probs_kernel, **constexprs), options
+    return grid, constexpr_args(renorm_kernels.renorm_probs_kernel, **constexprs), run_keywords(options)
 
 
 @plan_cache
@@ -439,31 +449,31 @@ def renorm_kernel_specs(op: str, batch: int, vocab: int, dtype, config: dict | N
 
 
 def top_k_renorm_probs(
-    probs: torch.Tensor, top_ks, *, check_values: bool = True, config: dict | None = None
+    probs: torch.Tensor, top_ks, *, check: bool = True, config: dict | None = None
 ) -> torch.Tensor:
     """Keep each row's top_k largest probs (ties with the k-th all kept),
     zero the rest, renormalise. Same dtype as `probs`. top_k -1: keep all."""
-    return _renorm("top_k_renorm_probs", probs, top_ks, None, None, check_values, config)
+    return _renorm("top_k_renorm_probs", probs, top_ks, None, None, check, config)
 
 
 def top_p_renorm_probs(
-    probs: torch.Tensor, top_ps, *, check_values: bool = True, config: dict | None = None
+    probs: torch.Tensor, top_ps, *, check: bool = True, config: dict | None = None
 ) -> torch.Tensor:
     """Keep the tokens whose more-likely tokens hold <= top_p of the row's
     mass (ties kept together), zero the rest, renormalise."""
-    return _renorm("top_p_renorm_probs", probs, None, top_ps, None, check_values, config)
+    return _renorm("top_p_renorm_probs", probs, None, top_ps, None, check, config)
 
 
 def min_p_renorm_probs(
-    probs: torch.Tensor, min_ps, *, check_values: bool = True, config: dict | None = None
+    probs: torch.Tensor, min_ps, *, check: bool = True, config: dict | None = None
 ) -> torch.Tensor:
     """Keep the tokens with prob >= min_p * the row's top prob, renormalise."""
-    return _renorm("min_p_renorm_probs", probs, None, None, min_ps, check_values, config)
+    return _renorm("min_p_renorm_probs", probs, None, None, min_ps, check, config)
 
 
 def renorm_probs(
-    probs: torch.Tensor, top_ks=None, top_ps=None, min_ps=None, *, check_values: bool = True, config: dict | None = None
+    probs: torch.Tensor, top_ks=None, top_ps=None, min_ps=None, *, check: bool = True, config: dict | None = None
 ) -> torch.Tensor:
     """All three filters at once, with `sample`'s joint rules. NaN and
     negative probabilities count as zero, +inf as the largest float."""
-    return _renorm("renorm_probs", probs, top_ks, top_ps, min_ps, check_values, config)
+    return _renorm("renorm_probs", probs, top_ks, top_ps, min_ps, check, config)

@@ -27,6 +27,7 @@ from .kernels import (
     _inverse_temperature,
     _row_params,
     _sections,
+    scratch_pointers,
     _stream,
 )
 from .primitives import (
@@ -93,7 +94,7 @@ def _pivot_partials(logits, cols, pivots, base, inv_t, min_p, stream, PIVOTS: tl
 
 @triton.jit
 def pivot_kernel(
-    logits_ptr, temperature_ptr, min_p_ptr, seed_ptr, position_ptr, f_ptr, i_ptr, n_rows, vocab, row_stride, n_blocks,
+    logits_ptr, temperature_ptr, min_p_ptr, seed_ptr, position_ptr, scratch_ptr, n_rows, vocab, row_stride, n_blocks,
     BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr, TOP_R: tl.constexpr, PIVOTS: tl.constexpr,
     HAS_TOP_K: tl.constexpr, HAS_TOP_P: tl.constexpr, HAS_MIN_P: tl.constexpr, IGNORES_OTHER: tl.constexpr,
 ):  # fmt: skip
@@ -102,6 +103,7 @@ def pivot_kernel(
     block = tl.program_id(0)
     rows = tl.program_id(1) * BLOCK_R + tl.arange(0, BLOCK_R)
     row_mask = rows < n_rows
+    f_ptr, i_ptr = scratch_pointers(scratch_ptr)
     f_sum, f_win, f_top, f_row, f_mass, f_pwin, i_win, i_top, i_row, i_count, i_pid = _sections(
         n_rows, n_blocks, TOP_R, PIVOTS
     )
@@ -160,7 +162,7 @@ def _decide(count, mass, win, win_id, pivots, lo, hi, cand, k, limit, min_p, bas
 
 @triton.jit
 def decide_kernel(
-    logits_ptr, temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, seed_ptr, position_ptr, f_ptr, i_ptr, out_ptr,
+    logits_ptr, temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, seed_ptr, position_ptr, scratch_ptr, out_ptr,
     n_rows, vocab, row_stride, n_blocks,
     BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr, NB_PAD: tl.constexpr, TOP_R: tl.constexpr,
     PIVOTS: tl.constexpr, HAS_TOP_K: tl.constexpr, HAS_TOP_P: tl.constexpr, HAS_MIN_P: tl.constexpr,
@@ -170,6 +172,7 @@ def decide_kernel(
     are finished here, one read of the row per round (module docstring)."""
     rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     row_mask = rows < n_rows
+    f_ptr, i_ptr = scratch_pointers(scratch_ptr)
     f_sum, f_win, f_top, f_row, f_mass, f_pwin, i_win, i_top, i_row, i_count, i_pid = _sections(
         n_rows, n_blocks, TOP_R, PIVOTS
     )

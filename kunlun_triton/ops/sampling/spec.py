@@ -79,7 +79,7 @@ def sample_case(shape, dtype, device) -> OpCase:
     if flashinfer is not None:
         baselines["flashinfer"] = lambda: flashinfer(logits / temps.view(-1, 1), top_ks, top_ps)
     return OpCase(
-        run=lambda config: sample(logits, *params, check_values=False, config=config),
+        run=lambda config: sample(logits, *params, check=False, config=config),
         reference=ref,
         dims={"vocab": vocab},
         bytes_moved=logits.numel() * logits.element_size(),
@@ -131,7 +131,7 @@ def _renorm_case(op, filters):
                 "top_ps": top_ps if "top_ps" in filters else torch.ones(batch, device=device),
                 "min_ps": min_ps if "min_ps" in filters else torch.zeros(batch, device=device)}  # fmt: skip
         return OpCase(
-            run=lambda config: op(probs, *given.values(), check_values=False, config=config),
+            run=lambda config: op(probs, *given.values(), check=False, config=config),
             reference=lambda: reference.renorm_probs(probs, full["top_ks"], full["top_ps"], full["min_ps"]).to(dtype),
             dims={"vocab": vocab},
             bytes_moved=2 * probs.numel() * probs.element_size(),

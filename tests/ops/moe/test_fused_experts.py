@@ -104,6 +104,32 @@ def test_decode_one_token_with_many_experts():
     _check(_case(1, 256, 8, 32, 16, torch.bfloat16, seed=1))
 
 
+@pytest.mark.parametrize("top_k", [1, 3])
+def test_out_may_be_the_input_itself(top_k):
+    """SGLang's runner writes the output over hidden_states (``inplace``):
+    the result is the oracle's on the original input, for K = 1 (the down
+    projection writes the output directly) and K > 1 (the sum does)."""
+    case = _case(11, 6, top_k, 40, 24, torch.float16, seed=8)
+    expected = oracle(**case)
+    x = case["hidden_states"]
+    kunlun_triton.reset_dispatch_report()
+    out = fused_experts(**case, out=x)
+    assert kunlun_triton.dispatch_report()["fused_experts"]["impl"] == "triton"
+    assert out is x
+    assert_close(x, expected, scale=2)
+
+
+def test_out_receives_the_result_and_a_bad_out_changes_nothing():
+    case = _case(5, 4, 2, 32, 16, torch.float32, seed=9)
+    out = torch.full((5, 32), 7.0, device=DEVICE)
+    assert fused_experts(**case, out=out) is out
+    assert_close(out, oracle(**case))
+    x_before, wrong = case["hidden_states"].clone(), torch.full((5, 32), 7.0, dtype=torch.float16, device=DEVICE)
+    with pytest.raises(ValueError, match="dtypes of out"):
+        fused_experts(**case, out=wrong)
+    assert bool((wrong == 7).all()) and torch.equal(case["hidden_states"], x_before)
+
+
 def test_empty_batch_returns_empty_output():
     case = _case(0, 4, 2, 16, 8, torch.float16, ids=torch.zeros(0, 2, dtype=torch.int32))
     out = fused_experts(**case)
@@ -118,6 +144,9 @@ def test_reference_fallback_matches_the_oracle(monkeypatch):
     out = fused_experts(**case, check=False)
     assert kunlun_triton.dispatch_report()["fused_experts"]["impl"] == "torch"
     assert_close(out, oracle(**case))
+    x = case["hidden_states"]
+    assert fused_experts(**case, out=x, check=False) is x  # in place on the fallback too
+    assert_close(x, out)
 
 
 def test_ids_outside_the_experts_contribute_nothing_unchecked():
@@ -167,14 +196,11 @@ class _Recorder:
         self.kernel, self.seen = kernel, seen
         self.arg_names = kernel.arg_names  # launchers order constexprs by it (`ops.launch`)
 
-    def __getitem__(self, grid):
-        def launch(*args, **kwargs):
-            bound = {**dict(zip(self.arg_names, args)), **kwargs}
-            constexprs = {k: v for k, v in bound.items() if k[:1].isupper()}
-            self.seen.add((self.kernel.fn.__name__, tuple(sorted(constexprs.items()))))
-            return self.kernel[grid](*args, **kwargs)
-
-        return launch
+    def run(self, *args, grid, warmup, **kwargs):  # launchers call kernel.run (`ops.launch`)
+        bound = {**dict(zip(self.arg_names, args)), **kwargs}
+        constexprs = {k: v for k, v in bound.items() if k[:1].isupper()}
+        self.seen.add((self.kernel.fn.__name__, tuple(sorted(constexprs.items()))))
+        return self.kernel.run(*args, grid=grid, warmup=warmup, **kwargs)
 
 
 def test_one_compilation_serves_every_token_count(monkeypatch):

@@ -19,8 +19,9 @@ fused_module = importlib.import_module("kunlun_triton.ops.moe.fused_experts")
 def _align(ids, experts, block_m, align_tile):
     config = {"BLOCK_M": block_m, "ALIGN_TILE": align_tile}
     plan = fused_module._Plan(experts, 1, 16, 16, torch.float32, "silu", False, "sum", config)
-    sorted_slots, block_info, bound = fused_module.align_slots(ids.to(DEVICE), experts, plan)
-    return sorted_slots.cpu(), block_info.view(bound, 3).cpu(), plan.block_m
+    index, bound = fused_module.align_slots(ids.to(DEVICE), experts, plan)
+    index = index.cpu()  # the block table, then the sorted slots
+    return index[3 * bound : 3 * bound + ids.numel()], index[: 3 * bound].view(bound, 3), plan.block_m
 
 
 def _check(ids, experts, block_m, align_tile=16):

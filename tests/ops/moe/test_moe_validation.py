@@ -50,6 +50,10 @@ EXPERTS_BAD = [
     ("formulation", ValueError, lambda: fused_experts(X, W13, W2, TW, TI, formulation="mma")),
     ("w2 on meta", ValueError, lambda: fused_experts(X, W13, W2.to("meta"), TW, TI)),
     ("hidden_states", ValueError, lambda: fused_experts(torch.randn(16, 3, device=DEVICE).t(), W13, W2, TW, TI)),
+    ("out has dtype", TypeError, lambda: fused_experts(X, W13, W2, TW, TI, out=X.to(torch.int32))),
+    ("shapes of out", ValueError, lambda: fused_experts(X, W13, W2, TW, TI, out=X[:2])),
+    ("dtypes of out", ValueError, lambda: fused_experts(X, W13, W2, TW, TI, out=X.half())),
+    ("out on meta", ValueError, lambda: fused_experts(X, W13, W2, TW, TI, out=X.to("meta"))),
 ]
 
 

@@ -118,6 +118,28 @@ def test_tokens_match_the_reference_draw():
     assert (allowed.gather(1, tokens.view(-1, 1)) > 0).all()
 
 
+def test_unchecked_calls_convert_numbers_and_dtypes_and_skip_the_checks():
+    """check=False (SGLang's call) still turns numbers into rows and int32
+    seeds into int64 (the draw is the reference's), and runs no value check:
+    an out-of-range top_p is not rejected (it would be, checked)."""
+    batch, vocab = 40, 97
+    logits = _logits(batch, vocab, seed=12)
+    temps = torch.rand(batch, device=DEVICE) + 0.3
+    seeds, positions = torch.arange(batch, dtype=torch.int32, device=DEVICE) * 31, torch.arange(batch, device=DEVICE)
+    tokens = ops.sample(logits, temps, 9, 0.8, 0.0, seeds, positions, check=False)
+    full = lambda v, dtype=torch.float32: torch.full((batch,), v, dtype=dtype, device=DEVICE)  # noqa: E731
+    expected = ref.sample(logits, temps, full(9, torch.int64), full(0.8), full(0.0), seeds.long(), positions)
+    assert (tokens != expected).float().mean().item() <= 0.025
+    top_ps = full(0.8)
+    top_ps[3] = 1.5
+    with pytest.raises(ValueError, match="top_ps"):
+        ops.sample(logits, temps, 9, top_ps, 0.0, seeds, positions)
+    assert ops.sample(logits, temps, 9, top_ps, 0.0, seeds, positions, check=False).shape == (batch,)
+    with pytest.raises(ValueError, match="top_ps"):
+        ops.top_p_renorm_probs(torch.softmax(logits, 1), top_ps)
+    assert ops.top_p_renorm_probs(torch.softmax(logits, 1), top_ps, check=False).shape == (batch, vocab)
+
+
 def test_multi_tile_path_matches_one_tile():
     """Rows cut into several blocks (the GPU case) draw the reference's
     tokens as one-block rows do; renormalised probs and greedy agree."""
