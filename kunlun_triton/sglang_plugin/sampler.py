@@ -77,7 +77,7 @@ class KunlunSampler(Sampler):
 
         logits = self._preprocess_logits(logits_output.next_token_logits, sampling_info)
         if sampling_info.is_all_greedy:
-            ids = ops.greedy(logits)
+            ids = ops.greedy(logits, check=False)
             logprobs = torch.log_softmax(logits, dim=-1) if return_logprob else None
         else:
             temperatures = sampling_info.temperatures.view(-1)

@@ -35,7 +35,7 @@ def _cached_plan(op: str, d: int, rows: int, activation: int) -> TilePlan:
 def _act_and_mul(op: str, x: torch.Tensor, activation: int, config: dict | None) -> torch.Tensor:
     d = x.shape[-1] // 2
     x_rows = as_rows(op, "x", x)
-    out = torch.empty((*x.shape[:-1], d), dtype=x.dtype, device=x.device)
+    out = x.new_empty(*x.shape[:-1], d)
     n_rows = x_rows.shape[0]
     if n_rows == 0 or d == 0:
         return out

@@ -376,8 +376,8 @@ def decode_attention(
         total = kv_indices.shape[0]  # bounds the longest request: no split beyond it is ever used
         split_tokens, max_splits = split_policy(plan, batch, kv_heads, num_kv_splits, split_tile_size, total)
         max_splits = max(1, min(max_splits, cdiv(total, split_tokens)))
-        part_out = torch.empty(batch, q_heads, max_splits, v_dim, dtype=torch.float32, device=q.device)
-        part_lse = torch.empty(batch, q_heads, max_splits, dtype=torch.float32, device=q.device)
+        part_out = q.new_empty(batch, q_heads, max_splits, v_dim, dtype=torch.float32)
+        part_lse = q.new_empty(batch, q_heads, max_splits, dtype=torch.float32)
     else:
         part_out, part_lse, split_tokens = workspace.part_out, workspace.part_lse, workspace.split_tokens
         max_splits = part_out.shape[2]

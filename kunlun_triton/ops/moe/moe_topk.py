@@ -221,9 +221,8 @@ def moe_topk(
     args = (experts, top_k, scoring, correction_bias is not None, num_expert_group, topk_group, scaled, bool(renormalize))
     top_k, rows, _, constexprs, keywords = _plan(*args) if config is None else _plan.uncached(*args, config)
     scaling = require_number(OP, "routed_scaling_factor", routed_scaling_factor, above=0.0) if scaled else 1.0
-    device = router_logits.device
-    weights = torch.empty(tokens, top_k, dtype=torch.float32, device=device)
-    ids = torch.empty(tokens, top_k, dtype=torch.int32, device=device)
+    weights = router_logits.new_empty(tokens, top_k, dtype=torch.float32)
+    ids = router_logits.new_empty(tokens, top_k, dtype=torch.int32)
     if tokens == 0:
         return weights, ids
     if not use_triton(OP, router_logits, correction_bias):

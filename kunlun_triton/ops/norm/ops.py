@@ -112,7 +112,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *, check:
     if not use_triton(op, *tensors):
         return reference.rms_norm(x, weight, eps)
     x_rows = as_rows(op, "x", x)
-    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    out = x.new_empty(*x.shape)  # (torch.empty(x.shape, dtype=, device=): 2.5x the cost)
     out_rows = out if x_rows is x else out.view(-1, x.shape[-1])
     _launch(op, x_rows, None, weight, out_rows, eps, config)
     return out
@@ -155,7 +155,7 @@ def fused_add_rms_norm(
     if not use_triton(op, *tensors):
         return reference.fused_add_rms_norm(x, residual, weight, eps, out=out)
     if out is None:
-        out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+        out = x.new_empty(*x.shape)
         out_rows = out if out.dim() == 2 else out.view(-1, x.shape[-1])
     _launch(op, as_rows(op, "x", x), residual_rows, weight, out_rows, eps, config)
     return out

@@ -138,6 +138,7 @@ def test_unchecked_calls_convert_numbers_and_dtypes_and_skip_the_checks():
     with pytest.raises(ValueError, match="top_ps"):
         ops.top_p_renorm_probs(torch.softmax(logits, 1), top_ps)
     assert ops.top_p_renorm_probs(torch.softmax(logits, 1), top_ps, check=False).shape == (batch, vocab)
+    assert torch.equal(ops.greedy(logits, check=False), torch.argmax(logits, dim=1))
 
 
 def test_multi_tile_path_matches_one_tile():
