@@ -19,6 +19,11 @@ Launches (T x K = n routing slots):
    when K = 1);
 4. `moe_sum_kernel` (K > 1): out[t] = sum over t's K slots, in fp32.
 
+Besides the output (or `out`, which may be the input: SGLang's inplace) a
+call allocates twice: the int32 index (block table, then sorted slots) and
+one scratch in x's dtype (the activations, then the slot outputs at an
+aligned offset); the kernels take offsets instead of host-side slices.
+
 Blocks belong to one expert, so an expert with no token launches no work;
 a program past the last block returns after one load. The matmuls are
 ``tl.dot`` or, where a target lacks it, ``tl.sum`` of broadcast products
