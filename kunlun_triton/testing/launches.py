@@ -1,8 +1,8 @@
 """Count what a launcher asks Triton for, without compiling or running it.
 
 Two measurements of a launcher that need no device, both with every Triton
-launch (``kernel[grid](...)``) replaced by a stub for the duration of a
-``with`` block:
+launch (``kernel.run(...)``, which ``kernel[grid](...)`` also calls)
+replaced by a stub for the duration of a ``with`` block:
 
 - `count_specializations`: each launch is bound the way Triton's own
   launcher binds it (its ``specialize_impl`` over the kernel's signature,
@@ -101,9 +101,10 @@ class SpecializationCounter:
 
 @contextlib.contextmanager
 def stubbed_launches(on_launch=None):
-    """Within the block every ``kernel[grid](*args, **kwargs)`` of a
-    ``@triton.jit`` kernel calls ``on_launch(kernel, args, kwargs)`` (when
-    given) instead of compiling and running it."""
+    """Within the block every launch of a ``@triton.jit`` kernel
+    (``kernel.run(*args, grid=, warmup=, **kwargs)``, or ``kernel[grid](...)``,
+    which calls it) calls ``on_launch(kernel, args, kwargs)`` (when given)
+    instead of compiling and running it."""
 
     def run(self, *args, grid, warmup, **kwargs):
         if on_launch is not None:
