@@ -2,61 +2,54 @@
 `rope`, `attention`, `sampling`, `moe`), each holding its ``@triton.jit`` kernels, its
 launchers (validate, pick a config, launch; or run the torch reference where
 no Triton target runs), its pure-torch reference and its specs (`spec.OpSpec`:
-what doctor, bench and tune need). One name per op everywhere: function,
-config key in ``autotune_configs/``, dispatch-report key, bench row, test.
+the one registry of ops; what doctor, bench, tune and the plugin need). One
+name per op everywhere: function, config key in ``autotune_configs/``,
+dispatch-report key, bench row, test.
 
-Names resolve lazily, so importing this package compiles nothing and an op
-family that fails to import breaks only its own ops.
+Plain imports, so an editor's go-to-definition reaches every op's launcher
+from here. Importing the package decorates the kernels and compiles nothing
+(``python -X importtime -c "import kunlun_triton.ops"``: docs/design.md has
+the measurement). The names below are the ops of every family's specs and
+the helpers those specs list (``HELPERS``); tests/ops/test_registry.py
+checks the two agree.
 """
 
-import functools
-import importlib
+from .activation import gelu_and_mul, silu_and_mul
+from .attention import (
+    DecodeWorkspace,
+    build_kv_indices,
+    decode_attention,
+    decode_split_plan,
+    decode_workspace,
+    extend_attention,
+    store_kv,
+)
+from .logits import logit_softcap
+from .moe import fused_experts, moe_topk
+from .norm import fused_add_rms_norm, rms_norm
+from .rope import rotary_embedding
+from .sampling import greedy, min_p_renorm_probs, renorm_probs, sample, top_k_renorm_probs, top_p_renorm_probs
 
-from ..runtime.config_keys import set_key_provider
-
-FAMILY_OF = {
-    "rms_norm": "norm",
-    "fused_add_rms_norm": "norm",
-    "silu_and_mul": "activation",
-    "gelu_and_mul": "activation",
-    "logit_softcap": "logits",
-    "rotary_embedding": "rope",
-    "store_kv": "attention",
-    "decode_attention": "attention",
-    "extend_attention": "attention",
-    "sample": "sampling",
-    "greedy": "sampling",
-    "top_k_renorm_probs": "sampling",
-    "top_p_renorm_probs": "sampling",
-    "min_p_renorm_probs": "sampling",
-    "renorm_probs": "sampling",
-    "moe_topk": "moe",
-    "fused_experts": "moe",
-}
-# Helpers next to an op: the decode step's split-KV scratch and paged metadata.
-HELPERS = {"decode_workspace": "attention", "DecodeWorkspace": "attention", "decode_split_plan": "attention",
-           "build_kv_indices": "attention"}
-
-__all__ = sorted({**FAMILY_OF, **HELPERS})
-
-
-@functools.cache
-def _config_key_rules() -> dict:
-    from .spec import config_key_rules
-
-    return config_key_rules()
-
-
-# Config files are checked against the specs' keys when first read (never per call).
-set_key_provider(_config_key_rules)
-
-
-def __getattr__(name):
-    family = FAMILY_OF.get(name) or HELPERS.get(name)
-    if family is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{family}"), name)
-
-
-def __dir__():
-    return __all__
+__all__ = [
+    "DecodeWorkspace",
+    "build_kv_indices",
+    "decode_attention",
+    "decode_split_plan",
+    "decode_workspace",
+    "extend_attention",
+    "fused_add_rms_norm",
+    "fused_experts",
+    "gelu_and_mul",
+    "greedy",
+    "logit_softcap",
+    "min_p_renorm_probs",
+    "moe_topk",
+    "renorm_probs",
+    "rms_norm",
+    "rotary_embedding",
+    "sample",
+    "silu_and_mul",
+    "store_kv",
+    "top_k_renorm_probs",
+    "top_p_renorm_probs",
+]

@@ -17,7 +17,7 @@ Each op family's ``spec.py`` lists an `OpSpec` per op. `doctor`, `bench` and
   ``tune_keep(candidate, shape)`` rejects left out;
 - ``kernels(shape, dtype, config)``: the kernels the op launches for a
   shape under a config, as ahead-of-time compile specs
-  (`kunlun_triton.testing.KernelSpec`), computed by the same code the
+  (`kunlun_triton.introspect.KernelSpec`), computed by the same code the
   launcher uses to pick its constexprs; the lowering tests and
   ``kunlun-triton inspect`` compile these;
 - ``traffic(shape, dtype)``: bytes one call moves as launched on the
@@ -25,12 +25,38 @@ Each op family's ``spec.py`` lists an `OpSpec` per op. `doctor`, `bench` and
 - ``config_keys``: every upper-case key (and ``formulation``) its configs
   may set, with what the kernel requires of it (`runtime.config_keys`); the
   launch options in `LAUNCH_KEYS` come on top. Config files are checked
-  against these when read (None: nothing checked for the op).
+  against these when a launcher first looks a config up through them
+  (`CONFIG_RULES`, passed as ``get_config(..., rules=CONFIG_RULES)``; None:
+  nothing checked for the op). Defaults live in ``autotune_configs/default.yaml``
+  only: an explicit ``config=`` is laid over the file's answer
+  (`runtime.config.with_defaults`), so no launcher restates a default.
+
+The specs are the one registry of ops: every list of ops derives from them
+(``tests/ops/test_registry.py`` checks what cannot derive, such as the plain
+imports of ``kunlun_triton.ops``). Besides the tools' needs a spec declares:
+
+- ``function``: the public op itself (``name`` is its ``__name__``);
+- ``lookup_dims``: the dimensions its config lookup takes (``by_shape``
+  rules may bound only these; tune writes rules over them);
+- ``generation_shapes(preset, max_context, max_batch, step)``: the shapes one
+  generation of a model meets (`tools.compilations` counts the compilations
+  over them; None: the op is not on a decoder's per-token path);
+- ``graph_capture``: the op runs inside a captured decode graph (SGLang's
+  CUDA graphs): with checks off it never syncs with the host;
+- ``batch_invariant``: a row's result is bitwise the same alone and inside a
+  batch (deterministic inference; tests/ops/test_batch_invariance.py);
+- ``sglang_forward``: the SGLang layer whose fused-op forward the op serves
+  (``sglang_plugin/install.py`` lists them); "" where it is reached another
+  way (a backend, a hook).
+
+A family's ``spec.py`` also lists its public helpers (``HELPERS``: the
+decode step's workspace, say) that ``kunlun_triton.ops`` exports next to the ops.
 """
 
 from __future__ import annotations
 
 import importlib
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -38,6 +64,9 @@ import torch
 
 from ..runtime.config_keys import COUNT, FLAG, NON_NEGATIVE, TILE, ConfigKey, choice
 
+# The op families, in the order the tools list them: each is a folder
+# ``ops/<family>/`` whose ``spec.py`` holds ``SPECS`` (the registry test
+# checks that every such folder is listed here).
 FAMILIES = ("norm", "activation", "logits", "rope", "attention", "sampling", "moe")
 
 # Lower-case launch options any op's config may carry (`capabilities.launch_options`
@@ -93,6 +122,13 @@ class OpSpec:
     kernels: Callable[[dict, torch.dtype, dict], list] | None = None
     traffic: Callable[[dict, torch.dtype], int] | None = None
     config_keys: dict[str, ConfigKey] | None = None  # what its configs may set (+ LAUNCH_KEYS)
+    # -- the registry (module docstring) --
+    function: Callable | None = None  # the public op (its __name__ is `name`)
+    lookup_dims: tuple[str, ...] = ()  # what get_config(name, ...) is given
+    generation_shapes: Callable[[object, int, int, int], Iterable[dict]] | None = None
+    graph_capture: bool = False  # runs in a captured decode graph: no host sync with checks off
+    batch_invariant: bool = False  # a row's result does not depend on its batch
+    sglang_forward: str = ""  # the SGLang layer whose fused-op forward it serves
 
 
 def family_specs(family: str) -> list[OpSpec]:
@@ -104,22 +140,63 @@ def all_specs(families=FAMILIES) -> dict[str, OpSpec]:
     return {spec.name: spec for family in families for spec in family_specs(family)}
 
 
-def config_key_rules(families=FAMILIES) -> dict:
-    """``{op: {key: ConfigKey} or None}`` for `runtime.config_keys`: each op's
-    declared keys plus the launch options. A family whose specs fail to import
-    leaves its ops unchecked (that failure shows when the op itself is used)."""
-    from . import FAMILY_OF
+def family_helpers(family: str) -> tuple:
+    """The public helpers a family exports next to its ops (its spec's ``HELPERS``)."""
+    return tuple(getattr(importlib.import_module(f"kunlun_triton.ops.{family}.spec"), "HELPERS", ()))
 
-    rules = {}
-    for family in families:
-        try:
-            specs = family_specs(family)
-        except Exception:  # noqa: BLE001 - the op's own import reports it
-            rules.update({op: None for op, fam in FAMILY_OF.items() if fam == family})
-            continue
-        for spec in specs:
-            rules[spec.name] = None if spec.config_keys is None else {**LAUNCH_KEYS, **spec.config_keys}
-    return rules
+
+def specs_where(predicate: Callable[[OpSpec], object], families=FAMILIES) -> tuple[str, ...]:
+    """Names of the ops whose spec satisfies `predicate`, in family order."""
+    return tuple(name for name, spec in all_specs(families).items() if predicate(spec))
+
+
+def config_key_rules(families=FAMILIES) -> dict:
+    """``{op: {key: ConfigKey} or None}``: each op's declared keys plus the
+    launch options (None: the op declares none; nothing is checked)."""
+    return {spec.name: None if spec.config_keys is None else {**LAUNCH_KEYS, **spec.config_keys}
+            for spec in all_specs(families).values()}  # fmt: skip
+
+
+class _ConfigRules(Mapping):
+    """`config_key_rules()` built on first use: what launchers hand
+    `runtime.get_config` (``rules=CONFIG_RULES``) so a config file is checked
+    against every op's keys when first read, while the runtime imports no op."""
+
+    def __init__(self):
+        self._rules: dict | None = None
+
+    def _built(self) -> dict:
+        if self._rules is None:
+            self._rules = config_key_rules()
+        return self._rules
+
+    def __getitem__(self, op):
+        return self._built()[op]
+
+    def __iter__(self):
+        return iter(self._built())
+
+    def __len__(self):
+        return len(self._built())
+
+
+CONFIG_RULES = _ConfigRules()
+
+
+def lookup_config(op: str, target=None, **dims) -> dict:
+    """What a launcher looks up for `op` at `dims` (`runtime.get_config`),
+    the config files checked against every op's keys when first read."""
+    from ..runtime.config import get_config
+
+    return get_config(op, target, rules=CONFIG_RULES, **dims)
+
+
+def explicit_config(op: str, config: dict, **dims) -> dict:
+    """An explicit ``config=`` as a launcher runs it: over ``default.yaml``'s
+    answer at `dims` (`runtime.config.with_defaults`), the one home of defaults."""
+    from ..runtime.config import with_defaults
+
+    return with_defaults(op, config, rules=CONFIG_RULES, **dims)
 
 
 def resolve_config(spec_name: str, dims: dict, overlay: dict | None = None) -> dict:

@@ -23,8 +23,14 @@ one, file by file (what ``kunlun-triton tune`` writes can live there); one
 that does not exist is logged once as a warning and skipped.
 
 Every value is checked against what the op's kernels take when its file is
-first read (`config_keys`: a bad tile size raises `ConfigError` naming file,
-op and key; an unknown key or op is warned about once), so lookups stay free.
+first read by a lookup that brings the ops' rules (``get_config(...,
+rules=...)``, what every launcher passes; `config_keys`: a bad tile size
+raises `ConfigError` naming file, op and key; an unknown key or op is warned
+about once), so lookups stay free.
+
+`default.yaml` is the one home of every default: an explicit ``config=``
+that sets only some keys is laid over the shipped ``default.yaml``'s answer
+(`with_defaults`), so it behaves as the file with those keys changed.
 """
 
 from __future__ import annotations
@@ -73,6 +79,8 @@ def _config_dirs(user_dir: str | None) -> tuple[Path, ...]:
 
 def config_file_names(target: Target) -> list[str]:
     """Most specific first."""
+    if target is _DEFAULTS_ONLY:
+        return ["default.yaml"]
     names = [f"{target.name}.yaml", "default.yaml"]
     if target.arch:
         names.insert(0, f"{target.name}-{target.arch}.yaml")
@@ -87,8 +95,10 @@ def _check_mapping_of_scalars(path, key, value) -> dict:
     return value
 
 
-def validate(data, path) -> dict:
-    """Check one parsed file; returns its ``ops`` mapping."""
+def validate(data, path, rules=None) -> dict:
+    """Check one parsed file; returns its ``ops`` mapping. With `rules`
+    (``{op: {key: ConfigKey} or None}``) every value is checked against
+    its op's keys too (`check_keys`)."""
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -111,11 +121,10 @@ def validate(data, path) -> dict:
         if entry.get("source", "reasoned") not in ("measured", "reasoned", "tuned"):
             raise ConfigError(path, f"{where}.source", "measured, reasoned or tuned", entry["source"])
         _check_mapping_of_scalars(path, f"{where}.config", entry.get("config", {}))
-        check_op_config(path, op, f"{where}.config", entry.get("config", {}), _error_in(path))
-        rules = entry.get("by_shape", [])
-        if not isinstance(rules, list):
-            raise ConfigError(path, f"{where}.by_shape", "a list of {when, config} rules", rules)
-        for i, rule in enumerate(rules):
+        shape_rules = entry.get("by_shape", [])
+        if not isinstance(shape_rules, list):
+            raise ConfigError(path, f"{where}.by_shape", "a list of {when, config} rules", shape_rules)
+        for i, rule in enumerate(shape_rules):
             rkey = f"{where}.by_shape[{i}]"
             if not isinstance(rule, dict) or set(rule) != {"when", "config"}:
                 raise ConfigError(path, rkey, "a mapping with exactly the keys when and config", rule)
@@ -126,8 +135,17 @@ def validate(data, path) -> dict:
             ):
                 raise ConfigError(path, f"{rkey}.when", "a mapping of <dim>_min/<dim>_max to numbers", when)
             _check_mapping_of_scalars(path, f"{rkey}.config", rule["config"])
-            check_op_config(path, op, f"{rkey}.config", rule["config"], _error_in(path))
+    if rules is not None:
+        check_keys(ops, path, rules)
     return ops
+
+
+def check_keys(ops: dict, path, rules) -> None:
+    """Check a validated file's ``ops`` against the ops' key `rules`."""
+    for op, entry in ops.items():
+        check_op_config(path, op, f"ops.{op}.config", entry.get("config", {}), rules, _error_in(path))
+        for i, rule in enumerate(entry.get("by_shape", [])):
+            check_op_config(path, op, f"ops.{op}.by_shape[{i}].config", rule["config"], rules, _error_in(path))
 
 
 def _error_in(path):
@@ -144,14 +162,23 @@ def _load_file(path: Path, mtime: float) -> dict:
     return validate(data, path)
 
 
-def load_config_files(target: Target) -> list[tuple[Path, dict]]:
-    """The files that apply to `target`, most specific first, as (path, ops)."""
+_keys_checked: set = set()  # (path, mtime) of the files checked against the ops' key rules
+
+
+def load_config_files(target: Target, rules=None) -> list[tuple[Path, dict]]:
+    """The files that apply to `target`, most specific first, as (path, ops);
+    with `rules` each is checked against the ops' keys once per (path, mtime)."""
     found = []
     for name in config_file_names(target):
         for directory in config_dirs():
             path = directory / name
             if path.is_file():
-                found.append((path, _load_file(path, path.stat().st_mtime)))
+                mtime = path.stat().st_mtime
+                ops = _load_file(path, mtime)
+                if rules is not None and (path, mtime) not in _keys_checked:
+                    check_keys(ops, path, rules)
+                    _keys_checked.add((path, mtime))
+                found.append((path, ops))
     return found
 
 
@@ -184,6 +211,7 @@ def clear_config_cache() -> None:
     writing a config file in this process)."""
     _resolved.clear()
     _load_file.cache_clear()
+    _keys_checked.clear()
     for cache in _plan_caches:
         cache.clear()
 
@@ -208,17 +236,40 @@ def plan_cache(build):
     return cached
 
 
-def get_config(op: str, target: Target | None = None, **shape) -> dict:
+def get_config(op: str, target: Target | None = None, *, rules=None, **shape) -> dict:
     """The launch config for `op` on `target` (default: the current one) at `shape`.
 
     Resolved once per (op, target, shape, config dirs) and then served from
     memory: ops call this on every launch, so it must not touch the disk.
+    `rules` (``{op: {key: ConfigKey} or None}``, launchers pass
+    `ops.spec.CONFIG_RULES`): check each file against the ops' keys when
+    first read.
     """
-    target = target or current_target()
-    key = (op, target, tuple(sorted(shape.items())), _config_dirs(env_str("KUNLUN_TRITON_CONFIG_DIR")))
+    return _resolve(op, target or current_target(), rules, shape)
+
+
+# Stands for "default.yaml only" in `_resolve` (no target file above it).
+_DEFAULTS_ONLY = Target("default", "", "cpu", "default.yaml only")
+
+
+def default_config(op: str, *, rules=None, **shape) -> dict:
+    """``default.yaml``'s answer for `op` at `shape` (a user directory's
+    ``default.yaml`` over the shipped one): the one home of every default,
+    what an explicit partial ``config=`` is laid over (`with_defaults`)."""
+    return _resolve(op, _DEFAULTS_ONLY, rules, shape)
+
+
+def with_defaults(op: str, config: dict, *, rules=None, **shape) -> dict:
+    """An explicit `config` over `default_config` (the keys it leaves out
+    take the file's values, as a tuned file entry would)."""
+    return {**default_config(op, rules=rules, **shape), **config}
+
+
+def _resolve(op: str, target: Target, rules, shape: dict) -> dict:
+    key = (op, target, tuple(sorted(shape.items())), _config_dirs(env_str("KUNLUN_TRITON_CONFIG_DIR")), rules is None)
     if key not in _resolved:
         config: dict = {}
-        for path, ops in reversed(load_config_files(target)):
+        for path, ops in reversed(load_config_files(target, rules)):
             if op in ops:
                 config.update(_resolve_in_file(ops[op], shape, path, op))
         _resolved[key] = config

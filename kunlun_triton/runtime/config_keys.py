@@ -1,11 +1,11 @@
 """What each key of an op's autotune config must hold, checked when a file is read.
 
 Every op declares its keys next to the op (``OpSpec.config_keys`` in its
-family's ``spec.py``, launch options shared in `ops.spec.LAUNCH_KEYS`); the
-``kunlun_triton.ops`` package hands them to this module through
-`set_key_provider`, so the runtime never imports an op. A file is checked
-once per (path, mtime) by `runtime.config` (its loads are cached), never per
-call:
+family's ``spec.py``, launch options shared in `ops.spec.LAUNCH_KEYS`); a
+launcher hands every op's rules to the lookup (``get_config(op,
+rules=ops.spec.CONFIG_RULES, ...)``), so the runtime never imports an op. A
+file is checked once per (path, mtime) by `runtime.config`, at the first
+lookup that brings the rules, never per call:
 
 - a value the kernel cannot take (a tile that is not a power of two, a count
   below 1, a word outside the choices, a bool where an int goes) raises
@@ -57,16 +57,7 @@ def choice(*values) -> ConfigKey:
     return ConfigKey(f"one of {words}", lambda value: any(type(value) is type(v) and value == v for v in values))
 
 
-# (op -> {key: ConfigKey}); None: ops unknown (the ops package not imported yet).
-_provider: Callable[[], dict] | None = None
 _warned: set = set()
-
-
-def set_key_provider(provider: Callable[[], dict]) -> None:
-    """`provider()` returns ``{op: {key: ConfigKey} or None}`` (None: the op
-    declares no keys, nothing is checked for it)."""
-    global _provider
-    _provider = provider
 
 
 def warn_once(message: str) -> None:
@@ -75,12 +66,10 @@ def warn_once(message: str) -> None:
         logger.warning(message)
 
 
-def check_op_config(path, op: str, where: str, config: dict, from_error) -> None:
+def check_op_config(path, op: str, where: str, config: dict, known, from_error) -> None:
     """Check `config` (one ``config`` or ``by_shape[i].config`` of `op` in
-    `path`); `from_error(key, expected, got)` builds the ConfigError."""
-    if _provider is None:
-        return
-    known = _provider()
+    `path`) against `known` (``{op: {key: ConfigKey} or None}``, None: the
+    op declares no keys); `from_error(key, expected, got)` builds the ConfigError."""
     if op not in known:
         warn_once(f"{path}: ops.{op}: no op of that name; its entry is never looked up (known: {', '.join(sorted(known))})")
         return

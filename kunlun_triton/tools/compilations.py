@@ -6,7 +6,8 @@ argument dtypes, ints equal to 1 and 16-divisibility of ints and pointers
 constexprs or specialised ints depend on the batch size or the context
 length recompiles mid-serving (and cannot be replayed from a CUDA graph).
 
-`generation_shapes` is the shapes one model meets while generating: a batch
+`generation_shapes` is the shapes one model meets while generating (each
+op's spec says which: ``OpSpec.generation_shapes``), e.g. for decode a batch
 of one from 1 to `max_context` tokens, then batches 1..`max_batch`;
 `count_compilations` plans every shape's launches (`OpSpec.kernels`, or an
 SGLang baseline's ``inspect_specs``) for the active target, with launches
@@ -21,36 +22,25 @@ from collections import defaultdict
 
 import torch
 
-GENERATION_OPS = ("decode_attention", "extend_attention", "store_kv", "rms_norm", "fused_add_rms_norm",
-                  "silu_and_mul", "gelu_and_mul", "rotary_embedding")  # fmt: skip
+
+def generation_ops() -> tuple[str, ...]:
+    """The ops on a decoder's per-token path (their specs give `generation_shapes`)."""
+    from ..ops.spec import specs_where
+
+    return specs_where(lambda spec: spec.generation_shapes is not None)
 
 
 def generation_shapes(op: str, preset, max_context: int = 16384, max_batch: int = 256, step: int = 1):
-    """The shapes of `op` over one generation of `preset` (a model preset):
-    batch 1 at every context 1..max_context (every `step`), then batches
-    1..max_batch at a mid-sized context. Extend: prompts of 1..max_context
-    new tokens in chunks of at most 8192 (SGLang's chunked prefill), then
-    batches of short prompts."""
-    heads = {"q_heads": preset.num_heads, "kv_heads": preset.num_kv_heads, "head_dim": preset.head_dim}
-    batches = range(1, max_batch + 1)
-    if op == "decode_attention":
-        yield from ({"batch": 1, "context_len": n, **heads} for n in range(1, max_context + 1, step))
-        yield from ({"batch": b, "context_len": 1000 + b, **heads} for b in batches)
-    elif op == "extend_attention":
-        for n in range(1, max_context + 1, max(step, 61)):
-            yield {"batch": 1, "prefix_len": n - min(n, 8192), "extend_len": min(n, 8192), **heads}
-        yield from ({"batch": b, "prefix_len": 0, "extend_len": 100 + b, **heads} for b in batches)
-    elif op == "store_kv":
-        yield from ({"tokens": t, "kv_heads": preset.num_kv_heads, "head_dim": preset.head_dim}
-                    for t in list(batches) + list(range(257, 8193, 97)))  # fmt: skip
-    elif op in ("rms_norm", "fused_add_rms_norm"):
-        yield from ({"rows": r, "hidden_size": preset.hidden_size} for r in list(batches) + list(range(257, 8193, 97)))
-    elif op in ("silu_and_mul", "gelu_and_mul"):
-        yield from ({"rows": r, "d": preset.intermediate_size} for r in list(batches) + list(range(257, 8193, 97)))
-    elif op == "rotary_embedding":
-        yield from ({"tokens": t, **heads, "rope_theta": preset.rope_theta} for t in list(batches) + [1024, 8192])
-    else:
-        raise ValueError(f"no generation shapes for {op!r}; ops: {', '.join(GENERATION_OPS)}")
+    """The shapes of `op` over one generation of `preset` (a model preset),
+    from its spec (`OpSpec.generation_shapes`): for decode, batch 1 at every
+    context 1..max_context (every `step`), then batches 1..max_batch at a
+    mid-sized context; each op's spec says what it meets."""
+    from ..ops.spec import all_specs
+
+    spec = all_specs().get(op)
+    if spec is None or spec.generation_shapes is None:
+        raise ValueError(f"no generation shapes for {op!r}; ops: {', '.join(generation_ops())}")
+    return spec.generation_shapes(preset, max_context, max_batch, step)
 
 
 def _key(spec) -> str:

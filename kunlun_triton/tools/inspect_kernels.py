@@ -28,7 +28,7 @@ import torch
 
 from ..runtime import Target, targeting
 from ..runtime.dtypes import dtype_name
-from .compilations import GENERATION_OPS
+from .compilations import generation_ops
 from .presets import DEFAULT_PRESET, MODEL_PRESETS, parse_shapes
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
@@ -156,7 +156,7 @@ def inspect_ops(names, target: Target, preset, dtype, batch=None, context=None, 
                     **({"ours": specs[name].traffic(shape, dtype)} if specs[name].traffic else {}),
                     **({"sglang": sg[name](shape, dtype)} if name in sg else {}),
                 }
-        if compilations and name in GENERATION_OPS:
+        if compilations and name in generation_ops():
             extras["compilations"] = generation_compilations(name, specs[name], target, preset, dtype,
                                                              sglang.get(name))  # fmt: skip
         if launcher_us:

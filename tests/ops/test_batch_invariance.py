@@ -2,7 +2,9 @@
 row's result, bit for bit, is the same alone and inside a batch of any size
 at any position. Norms, activations and rotary run one row (token) per
 program with a fixed reduction over the hidden dim, so they are; pinned here
-(the attention kernels: tests/ops/attention/test_deterministic_attention.py)."""
+(the attention kernels: tests/ops/attention/test_deterministic_attention.py).
+The ops checked are the specs' ``batch_invariant`` ones (`OpSpec`), each with
+its check below: an op declared invariant without one fails here."""
 
 import pytest
 import torch
@@ -11,6 +13,7 @@ from strategies import DEVICE
 
 from kunlun_triton import ops
 from kunlun_triton.ops.rope.spec import cos_sin_cache
+from kunlun_triton.ops.spec import specs_where
 
 ROWS, HIDDEN = 13, 96
 
@@ -27,11 +30,15 @@ def _assert_row_invariant(run, *inputs):
         assert torch.equal(alone[0], batched[i]), f"row {i}"
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_norms_are_row_invariant(dtype):
+def _norm(dtype):
+    weight = _rows(1)[0].to(dtype)
+    x = _rows(2).to(dtype)
+    _assert_row_invariant(lambda a: ops.rms_norm(a, weight), x)
+
+
+def _fused_norm(dtype):
     weight = _rows(1)[0].to(dtype)
     x, residual = _rows(2).to(dtype), _rows(3).to(dtype)
-    _assert_row_invariant(lambda a: ops.rms_norm(a, weight), x)
 
     def fused(a, r):
         out = ops.fused_add_rms_norm(a, r, weight)
@@ -40,12 +47,11 @@ def test_norms_are_row_invariant(dtype):
     _assert_row_invariant(fused, x, residual)
 
 
-@pytest.mark.parametrize("op", ["silu_and_mul", "gelu_and_mul"])
-def test_activations_are_row_invariant(op):
-    _assert_row_invariant(getattr(ops, op), _rows(4, 2 * HIDDEN))
+def _activation(op):
+    return lambda dtype: _assert_row_invariant(getattr(ops, op), _rows(4, 2 * HIDDEN).to(dtype))
 
 
-def test_rotary_is_row_invariant():
+def _rotary(dtype):
     heads, head_dim = 2, 32
     cache = cos_sin_cache(head_dim, 64, 10000.0, torch.float32, DEVICE)
     positions = torch.randint(0, 64, (ROWS,), generator=torch.Generator().manual_seed(5)).to(DEVICE)
@@ -55,3 +61,20 @@ def test_rotary_is_row_invariant():
         return torch.cat([q, k], dim=-1)
 
     _assert_row_invariant(rotate, positions, _rows(6, heads * head_dim), _rows(7, head_dim))
+
+
+CHECKS = {"rms_norm": _norm, "fused_add_rms_norm": _fused_norm, "silu_and_mul": _activation("silu_and_mul"),
+          "gelu_and_mul": _activation("gelu_and_mul"), "rotary_embedding": _rotary}  # fmt: skip
+# (op, dtypes): norms in fp32 and bf16 (the bf16 rounding of the sum), the others in fp32.
+CASES = [(op, dtype) for op in specs_where(lambda spec: spec.batch_invariant)
+         for dtype in ((torch.float32, torch.bfloat16) if op.endswith("rms_norm") else (torch.float32,))]  # fmt: skip
+
+
+@pytest.mark.parametrize("op, dtype", CASES)
+def test_op_is_row_invariant(op, dtype):
+    assert op in CHECKS, f"{op}: its spec says batch_invariant but this file has no check for it"
+    CHECKS[op](dtype)
+
+
+def test_every_check_is_of_an_op_declared_invariant():
+    assert set(CHECKS) == set(specs_where(lambda spec: spec.batch_invariant))

@@ -18,12 +18,13 @@ from hypothesis import strategies as st
 from strategies import DEVICE
 
 import kunlun_triton.ops as ops
+from kunlun_triton.ops import spec as op_spec
 from kunlun_triton.runtime import config, config_keys
-from kunlun_triton.runtime.config import ConfigError, clear_config_cache, get_config, shipped_config_dir
+from kunlun_triton.runtime.config import ConfigError, clear_config_cache, shipped_config_dir
 from kunlun_triton.runtime.config_keys import TILE
 from kunlun_triton.runtime.target import current_target
 
-RULES = ops._config_key_rules()
+RULES = op_spec.config_key_rules()
 # (op, key) pairs whose value must be a power of two (tl.arange extents, warps)
 TILE_KEYS = sorted((op, key) for op, keys in RULES.items() if keys for key, rule in keys.items() if rule is TILE)
 
@@ -69,7 +70,7 @@ def test_every_tile_key_of_every_op_is_declared():
 
 @pytest.mark.parametrize("path", sorted(shipped_config_dir().glob("*.yaml")), ids=lambda p: p.name)
 def test_shipped_files_validate_clean(path, warnings_logged):
-    ops_found = config.validate(yaml.safe_load(path.read_text()), path)
+    ops_found = config.validate(yaml.safe_load(path.read_text()), path, RULES)
     assert ops_found
     assert warnings_logged == []
 
@@ -88,7 +89,7 @@ def test_bad_tile_raises_naming_file_op_and_key(op_key, value):
     op, key = op_key
     path = Path("/somewhere/my-tuned.yaml")
     with pytest.raises(ConfigError) as raised:
-        config.validate(_file(op, key, value), path)
+        config.validate(_file(op, key, value), path, RULES)
     message = str(raised.value)
     assert str(path) in message and f"ops.{op}.config.{key}" in message and "power of two" in message
 
@@ -101,26 +102,26 @@ def test_bad_tile_raises_naming_file_op_and_key(op_key, value):
 def test_bad_count_raises(op_key, value):
     op, key = op_key
     with pytest.raises(ConfigError, match=f"ops.{op}.config.{key}"):
-        config.validate(_file(op, key, value), "f.yaml")
+        config.validate(_file(op, key, value), "f.yaml", RULES)
 
 
 @pytest.mark.parametrize("op", ["decode_attention", "extend_attention", "fused_experts"])
 @pytest.mark.parametrize("value", ["tensor_core", "DOT", 1])
 def test_unknown_formulation_raises(op, value):
     with pytest.raises(ConfigError, match=f"ops.{op}.config.formulation"):
-        config.validate(_file(op, "formulation", value), "f.yaml")
+        config.validate(_file(op, "formulation", value), "f.yaml", RULES)
 
 
 def test_bad_value_in_a_shape_rule_raises():
     data = {"ops": {"rms_norm": {"by_shape": [{"when": {"hidden_size_max": 64}, "config": {"ROWS_PER_PROGRAM": 6}}]}}}
     with pytest.raises(ConfigError, match=r"ops\.rms_norm\.by_shape\[0\]\.config\.ROWS_PER_PROGRAM"):
-        config.validate(data, "f.yaml")
+        config.validate(data, "f.yaml", RULES)
 
 
 def test_good_values_pass():
-    config.validate(_file("fused_experts", "BLOCK_K", 128), "f.yaml")
-    config.validate(_file("decode_attention", "TARGET_PROGRAMS", 1216), "f.yaml")  # counts need not be 2^n
-    config.validate(_file("rms_norm", "num_warps", 8), "f.yaml")
+    config.validate(_file("fused_experts", "BLOCK_K", 128), "f.yaml", RULES)
+    config.validate(_file("decode_attention", "TARGET_PROGRAMS", 1216), "f.yaml", RULES)  # counts need not be 2^n
+    config.validate(_file("rms_norm", "num_warps", 8), "f.yaml", RULES)
 
 
 def _most_specific(user_dir) -> Path:
@@ -134,7 +135,7 @@ def test_unknown_key_and_op_warn_once(user_dir, warnings_logged):
           rms_nrom: {config: {ROWS_PER_PROGRAM: 2}}
         """))
     for _ in range(3):
-        assert get_config("rms_norm", hidden_size=64)["ROWS_PER_PROGRAM"] == 2
+        assert op_spec.lookup_config("rms_norm", hidden_size=64)["ROWS_PER_PROGRAM"] == 2
         clear_config_cache()  # re-read the file: still one warning each
     assert len(warnings_logged) == 2, warnings_logged
     assert any("rms_norm.config.BLOCK_ROWS" in m and "no such key" in m for m in warnings_logged)
@@ -146,7 +147,7 @@ def test_missing_config_dir_warns_once(tmp_path, monkeypatch, warnings_logged):
     monkeypatch.setenv("KUNLUN_TRITON_CONFIG_DIR", str(missing))
     try:
         for _ in range(3):
-            get_config("rms_norm", hidden_size=64)
+            op_spec.lookup_config("rms_norm", hidden_size=64)
             config._config_dirs.cache_clear()
         assert len(warnings_logged) == 1 and str(missing) in warnings_logged[0]
     finally:
@@ -168,8 +169,8 @@ def test_a_file_is_checked_once_not_per_lookup(user_dir, monkeypatch):
     real = config.check_op_config
     monkeypatch.setattr(config, "check_op_config", lambda *a: calls.append(a[1]) or real(*a))
     for width in (64, 128, 256, 64):
-        get_config("rms_norm", hidden_size=width)
+        op_spec.lookup_config("rms_norm", hidden_size=width)
     checked = len(calls)
     for width in (64, 128, 256, 512):
-        get_config("rms_norm", hidden_size=width)
+        op_spec.lookup_config("rms_norm", hidden_size=width)
     assert checked and len(calls) == checked

@@ -23,6 +23,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from kunlun_triton.ops.spec import specs_where
+
 HEADS, KV_HEADS, DIM, MAX_LEN, MAX_BS = 4, 2, 16, 96, 4
 SLOTS = MAX_BS * MAX_LEN + 8
 
@@ -202,8 +204,8 @@ def test_capture_needs_graph_state_and_decode():
     assert backend.get_cuda_graph_seq_len_fill_value() == 1
 
 
-CAPTURED_OPS = ("store_kv", "rotary_embedding", "rms_norm", "fused_add_rms_norm", "silu_and_mul", "gelu_and_mul",
-                "sample", "greedy")  # fmt: skip
+# The ops a captured decode step runs (their specs say `graph_capture`).
+CAPTURED_OPS = specs_where(lambda spec: spec.graph_capture)
 
 
 @pytest.mark.parametrize("name", CAPTURED_OPS)

@@ -98,17 +98,9 @@ def test_an_op_whose_every_candidate_is_wrong_writes_nothing(tmp_path, monkeypat
     assert "every candidate failed for gelu_and_mul" in capsys.readouterr().err
 
 
-LOOKUP_DIMS = {
-    "silu_and_mul": {"hidden_size", "rows"}, "gelu_and_mul": {"hidden_size", "rows"},
-    "rotary_embedding": {"head_size", "tokens"}, "store_kv": {"row_width", "tokens"},
-    "decode_attention": {"head_dim", "group"}, "extend_attention": {"head_dim", "group"},
-    "rms_norm": {"hidden_size"}, "fused_add_rms_norm": {"hidden_size"},
-    "moe_topk": {"num_experts"}, "logit_softcap": {"vocab_size", "rows"},
-    "fused_experts": {"tokens", "num_experts", "top_k", "hidden_size", "intermediate_size"},
-    # by the vocabulary only: a row's blocks (and so its draw) never depend on the batch
-    **{op: {"vocab"} for op in ("sample", "greedy", "top_k_renorm_probs", "top_p_renorm_probs",
-                                "min_p_renorm_probs", "renorm_probs")},
-}  # fmt: skip
+# The dims each op looks its config up by, from its spec (tests/ops/test_registry.py
+# proves each launcher really looks up by these).
+LOOKUP_DIMS = {name: set(spec.lookup_dims) for name, spec in all_specs().items()}
 
 
 @pytest.mark.parametrize("has_dot", [True, False])

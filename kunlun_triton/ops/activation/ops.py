@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import torch
 
-from ...runtime import get_config, plan_cache, use_triton
+from ...runtime import plan_cache, use_triton
+from ..spec import lookup_config
 from ..row_tiles import TilePlan, row_tile_plan
 from ..validation import as_rows, checked_mode, require_choice, require_tensor
 from . import kernels, reference
@@ -29,7 +30,7 @@ def _tile_plan(d: int, config: dict, activation: int) -> TilePlan:
 
 @plan_cache
 def _cached_plan(op: str, d: int, rows: int, activation: int) -> TilePlan:
-    return _tile_plan(d, get_config(op, hidden_size=d, rows=rows), activation)
+    return _tile_plan(d, lookup_config(op, hidden_size=d, rows=rows), activation)
 
 
 def _act_and_mul(op: str, x: torch.Tensor, activation: int, config: dict | None) -> torch.Tensor:

@@ -77,12 +77,20 @@ def tune_shapes(preset, quick: bool) -> list[dict]:
     return [{"rows": r, "d": d} for r in ([64] if quick else [16, 1024, 16384])]
 
 
-# A program's output tile: ROWS_PER_PROGRAM x BLOCK_COLS (both tl.arange extents).
+def generation_shapes(preset, max_context: int, max_batch: int, step: int):
+    """Every batch 1..max_batch, then prefill token counts up to 8192."""
+    rows = list(range(1, max_batch + 1)) + list(range(257, 8193, 97))
+    return ({"rows": r, "d": preset.intermediate_size} for r in rows)
+
+
+# A program's output tile: ROWS_PER_PROGRAM x BLOCK_COLS (both tl.arange extents);
+# each element depends on its own row only: batch-invariant.
 _TUNE = dict(tune_candidates=tune_candidates, tune_shapes=tune_shapes, x_axis="rows",
-             config_keys={"ROWS_PER_PROGRAM": TILE, "BLOCK_COLS": TILE})
+             config_keys={"ROWS_PER_PROGRAM": TILE, "BLOCK_COLS": TILE}, lookup_dims=("hidden_size", "rows"),
+             generation_shapes=generation_shapes, graph_capture=True, batch_invariant=True)
 SPECS = [
     OpSpec("silu_and_mul", "activation", _case("silu_and_mul"), DOCTOR, bench_shapes, **_TUNE,
-           kernels=_kernels("silu_and_mul")),
+           kernels=_kernels("silu_and_mul"), function=ops.silu_and_mul, sglang_forward="SiluAndMul"),
     OpSpec("gelu_and_mul", "activation", _case("gelu_and_mul"), GELU_DOCTOR, bench_shapes, **_TUNE,
-           kernels=_kernels("gelu_and_mul")),
+           kernels=_kernels("gelu_and_mul"), function=ops.gelu_and_mul, sglang_forward="GeluAndMul"),
 ]  # fmt: skip

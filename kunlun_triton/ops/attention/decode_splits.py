@@ -17,7 +17,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ...runtime import get_config, plan_cache
+from ...runtime import plan_cache
+from ..spec import lookup_config
 from ..validation import require_number
 from .shared import AttentionPlan, attention_plan, cdiv
 
@@ -26,7 +27,7 @@ OP = "decode_attention"
 
 @plan_cache
 def _cached_plan(dtype, head_dim, v_dim, group, formulation):
-    config = get_config(OP, head_dim=head_dim, group=group)
+    config = lookup_config(OP, head_dim=head_dim, group=group)
     return attention_plan(OP, config, dtype, head_dim, v_dim, group, formulation)
 
 

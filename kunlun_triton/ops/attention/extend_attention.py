@@ -39,7 +39,8 @@ import torch
 import triton
 import triton.language as tl
 
-from ...runtime import INDEX_DTYPES, get_config, plan_cache, use_triton
+from ...runtime import INDEX_DTYPES, plan_cache, use_triton
+from ..spec import lookup_config
 from ..launch import constexpr_args
 from ..loads import masked_load
 from ..validation import (
@@ -309,7 +310,7 @@ def _launch_plan(config, dtype, head_dim, v_dim, group, formulation, logit_cap, 
     """(plan, extend_kernel's constexprs in signature order: `ops.launch`)
     of a shape class."""
     if config is None:
-        config = get_config(OP, head_dim=head_dim, group=group)
+        config = lookup_config(OP, head_dim=head_dim, group=group)
     plan = attention_plan(OP, config, dtype, head_dim, v_dim, group, formulation)
     constexprs = constexpr_args(
         extend_kernel, GROUP=group, HEAD_DIM=head_dim, V_DIM=v_dim, BLOCK_M=plan.block_m, BLOCK_N=plan.block_n,

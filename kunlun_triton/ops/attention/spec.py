@@ -15,9 +15,14 @@ from ...testing.paged import decode_batch, extend_batch
 from ..spec import COUNT, FORMULATION, TILE, OpCase, OpSpec
 from . import reference
 from .decode_attention import decode_attention
-from .decode_splits import decode_traffic, decode_workspace
+from .decode_splits import DecodeWorkspace, decode_split_plan, decode_traffic, decode_workspace
 from .extend_attention import extend_attention
+from .kv_indices import build_kv_indices
 from .store_kv import store_kv
+
+# Exported by `kunlun_triton.ops` next to the ops: a decode step's split-KV
+# scratch and plan, and its paged metadata built on the device.
+HELPERS = (decode_workspace, DecodeWorkspace, decode_split_plan, build_kv_indices)
 
 TORCH_REFERENCE_MAX_TOKENS = 64 * 1024  # the per-request python loop is slow beyond this
 SUM_TILE_CAP = 65536  # tl.sum formulation: BLOCK_M x BLOCK_N x BLOCK_D product values per program
@@ -248,21 +253,46 @@ def extend_tune_shapes(preset, quick):
              **_heads(preset, quick)}]  # fmt: skip
 
 
+def decode_generation_shapes(preset, max_context: int, max_batch: int, step: int):
+    """Batch 1 at every context 1..max_context (every `step`), then batches
+    1..max_batch at a mid-sized context."""
+    yield from ({"batch": 1, "context_len": n, **_heads(preset, False)} for n in range(1, max_context + 1, step))
+    yield from ({"batch": b, "context_len": 1000 + b, **_heads(preset, False)} for b in range(1, max_batch + 1))
+
+
+def extend_generation_shapes(preset, max_context: int, max_batch: int, step: int):
+    """Prompts of 1..max_context new tokens in chunks of at most 8192
+    (SGLang's chunked prefill), then batches of short prompts."""
+    for n in range(1, max_context + 1, max(step, 61)):
+        yield {"batch": 1, "prefix_len": n - min(n, 8192), "extend_len": min(n, 8192), **_heads(preset, False)}
+    yield from ({"batch": b, "prefix_len": 0, "extend_len": 100 + b, **_heads(preset, False)} for b in range(1, max_batch + 1))
+
+
+def store_kv_generation_shapes(preset, max_context: int, max_batch: int, step: int):
+    """Every batch 1..max_batch, then prefill token counts up to 8192."""
+    tokens = list(range(1, max_batch + 1)) + list(range(257, 8193, 97))
+    return ({"tokens": t, "kv_heads": preset.num_kv_heads, "head_dim": preset.head_dim} for t in tokens)
+
+
 SPECS = [
     OpSpec("store_kv", "attention", store_kv_case, (({"tokens": 5, "kv_heads": 2, "head_dim": 64}, torch.float16),),
            store_kv_shapes, bench_dtype=torch.float16, tune_candidates=store_kv_candidates, x_axis="tokens",
-           kernels=store_kv_kernels, config_keys={"TOKENS_PER_PROGRAM": TILE, "MAX_BLOCK_C": TILE}),
+           kernels=store_kv_kernels, config_keys={"TOKENS_PER_PROGRAM": TILE, "MAX_BLOCK_C": TILE},
+           function=store_kv, lookup_dims=("row_width", "tokens"), generation_shapes=store_kv_generation_shapes,
+           graph_capture=True),
     OpSpec("decode_attention", "attention", decode_attention_case,
            (({"lens": [37, 1, 100], "q_heads": 8, "kv_heads": 2, "head_dim": 128, "page_size": 16}, torch.float16),),
            decode_shapes, bench_dtype=torch.float16, tune_candidates=decode_candidates,
            tune_shapes=decode_tune_shapes, tolerance_scale=2, x_axis="context_len", kernels=decode_attention_kernels,
            traffic=decode_attention_traffic,
            config_keys={"formulation": FORMULATION, "BLOCK_N": TILE, "MAX_KV_SPLITS": COUNT,
-                        "TARGET_PROGRAMS": COUNT, "MIN_SPLIT_TOKENS": COUNT}),
+                        "TARGET_PROGRAMS": COUNT, "MIN_SPLIT_TOKENS": COUNT},
+           function=decode_attention, lookup_dims=("head_dim", "group"), generation_shapes=decode_generation_shapes),
     OpSpec("extend_attention", "attention", extend_attention_case,
            (({"prefix_lens": [20, 0], "extend_lens": [9, 24], "q_heads": 8, "kv_heads": 2, "head_dim": 128, "page_size": 16}, torch.float16),),
            extend_shapes, bench_dtype=torch.float16, tune_candidates=extend_candidates,
            tune_shapes=extend_tune_shapes, tune_keep=extend_keep, tolerance_scale=2, x_axis="prefix_len",
            kernels=extend_attention_kernels,
-           config_keys={"formulation": FORMULATION, "BLOCK_M": TILE, "BLOCK_N": TILE}),
+           config_keys={"formulation": FORMULATION, "BLOCK_M": TILE, "BLOCK_N": TILE},
+           function=extend_attention, lookup_dims=("head_dim", "group"), generation_shapes=extend_generation_shapes),
 ]  # fmt: skip

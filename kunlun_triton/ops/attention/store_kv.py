@@ -14,7 +14,8 @@ from dataclasses import dataclass
 import triton
 import triton.language as tl
 
-from ...runtime import INDEX_DTYPES, capabilities, get_config, launch_options, plan_cache, use_triton
+from ...runtime import INDEX_DTYPES, capabilities, launch_options, plan_cache, use_triton
+from ..spec import lookup_config
 from ..launch import constexpr_args, run_keywords
 from ..loads import masked_load
 from ..validation import check_slots, checked_mode, require_same, require_same_device, require_tensor
@@ -105,7 +106,7 @@ def _copy_plan(heads: int, k_dim: int, v_dim: int, config: dict) -> CopyPlan:
 
 @plan_cache
 def _cached_plan(tokens: int, heads: int, k_dim: int, v_dim: int) -> CopyPlan:
-    return _copy_plan(heads, k_dim, v_dim, get_config(OP, row_width=heads * k_dim, tokens=tokens))
+    return _copy_plan(heads, k_dim, v_dim, lookup_config(OP, row_width=heads * k_dim, tokens=tokens))
 
 
 def store_kv(k, v, k_buffer, v_buffer, out_cache_loc, check: bool = True, *, config: dict | None = None) -> None:

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import torch
 
-from ...runtime import get_config, plan_cache, use_triton
+from ...runtime import plan_cache, use_triton
+from ..spec import lookup_config
 from ..row_tiles import TilePlan, row_tile_plan
 from ..validation import as_rows, checked_mode, require_number, require_tensor
 from . import kernels, reference
@@ -20,7 +21,7 @@ OP = "logit_softcap"
 
 @plan_cache
 def _cached_plan(vocab: int, rows: int) -> TilePlan:
-    return row_tile_plan(kernels.logit_softcap_kernel, vocab, get_config(OP, vocab_size=vocab, rows=rows))
+    return row_tile_plan(kernels.logit_softcap_kernel, vocab, lookup_config(OP, vocab_size=vocab, rows=rows))
 
 
 def logit_softcap(logits: torch.Tensor, cap: float, *, check: bool = True, config: dict | None = None) -> torch.Tensor:

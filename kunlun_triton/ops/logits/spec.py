@@ -62,5 +62,6 @@ def tune_candidates(quick: bool) -> list[dict]:
 
 SPECS = [
     OpSpec("logit_softcap", "logits", make_case, DOCTOR, bench_shapes, bench_dtype=torch.float32,
-           tune_candidates=tune_candidates, x_axis="rows", kernels=kernels),
+           tune_candidates=tune_candidates, x_axis="rows", kernels=kernels, function=ops.logit_softcap,
+           lookup_dims=("vocab_size", "rows")),
 ]  # fmt: skip

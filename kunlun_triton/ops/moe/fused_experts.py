@@ -39,8 +39,9 @@ import torch
 import triton
 import triton.language as tl
 
-from ...runtime import capabilities, get_config, launch_options, plan_cache, use_triton
+from ...runtime import capabilities, launch_options, plan_cache, use_triton
 from ...runtime.dtypes import INDEX_DTYPES
+from ..spec import lookup_config
 from ..launch import constexpr_args, run_keywords
 from ..validation import (
     checked_mode,
@@ -313,7 +314,7 @@ def _plan(bucket, experts, top_k, hidden, inter, dtype, activation, on_input, fo
     explicit `config` builds afresh)."""
     require_choice(OP, "activation", activation, ACTIVATIONS)
     if config is None:
-        config = get_config(OP, tokens=bucket, num_experts=experts, top_k=top_k, hidden_size=hidden,
+        config = lookup_config(OP, tokens=bucket, num_experts=experts, top_k=top_k, hidden_size=hidden,
                             intermediate_size=inter)  # fmt: skip
     return _Plan(experts, top_k, hidden, inter, dtype, activation, on_input, formulation, config)
 

@@ -220,11 +220,13 @@ SPECS = [
             ({"tokens": 3, "num_experts": 16, "top_k": 4, "scoring": "sigmoid", "bias": True, "groups": 4,
               "topk_group": 2, "scaling": 2.5}, torch.bfloat16)),
            moe_topk_shapes, tune_candidates=moe_topk_candidates, x_axis="tokens", kernels=moe_topk_kernels,
-           config_keys={"ROWS_PER_PROGRAM": TILE}),
+           config_keys={"ROWS_PER_PROGRAM": TILE}, function=moe_topk, lookup_dims=("num_experts",)),
     OpSpec("fused_experts", "moe", fused_experts_case,
            (({"tokens": 6, "num_experts": 6, "top_k": 2, "hidden_size": 40, "intermediate_size": 24}, torch.float16),),
            fused_experts_shapes, tune_candidates=fused_experts_candidates, tune_shapes=fused_experts_tune_shapes,
            tune_keep=fused_experts_keep, tolerance_scale=2, x_axis="tokens", kernels=fused_experts_kernels,
            config_keys={"formulation": FORMULATION, **dict.fromkeys(
-               ("BLOCK_M", "BLOCK_N", "BLOCK_K", "DOWN_BLOCK_N", "DOWN_BLOCK_K", "ALIGN_TILE"), TILE)}),
+               ("BLOCK_M", "BLOCK_N", "BLOCK_K", "DOWN_BLOCK_N", "DOWN_BLOCK_K", "ALIGN_TILE"), TILE)},
+           function=fused_experts,
+           lookup_dims=("tokens", "num_experts", "top_k", "hidden_size", "intermediate_size")),
 ]  # fmt: skip

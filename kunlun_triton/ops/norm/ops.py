@@ -20,7 +20,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ...runtime import capabilities, get_config, launch_options, plan_cache, use_triton
+from ...runtime import capabilities, launch_options, plan_cache, use_triton
+from ..spec import lookup_config
 from ..launch import constexpr_args, run_keywords
 from ..validation import (
     as_rows,
@@ -72,7 +73,7 @@ def _row_plan(op: str, width: int, config: dict) -> RowPlan:
 
 @plan_cache
 def _cached_plan(op: str, width: int) -> RowPlan:
-    return _row_plan(op, width, get_config(op, hidden_size=width))
+    return _row_plan(op, width, lookup_config(op, hidden_size=width))
 
 
 def _launch(op: str, x_rows, residual_rows, weight, out_rows, eps: float, config) -> None:

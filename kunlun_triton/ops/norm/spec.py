@@ -91,12 +91,21 @@ def tune_shapes(preset, quick: bool) -> list[dict]:
     return [s for s in bench_shapes(preset, quick) if s["rows"] == (64 if quick else 16384)]
 
 
+def generation_shapes(preset, max_context: int, max_batch: int, step: int):
+    """Every batch 1..max_batch, then prefill token counts up to 8192."""
+    rows = list(range(1, max_batch + 1)) + list(range(257, 8193, 97))
+    return ({"rows": r, "hidden_size": preset.hidden_size} for r in rows)
+
+
 CONFIG_KEYS = {"ROWS_PER_PROGRAM": TILE}  # rows of a program's tile (tl.arange)
+# One row per program, a fixed reduction over the hidden dim: batch-invariant.
+_REGISTRY = dict(lookup_dims=("hidden_size",), generation_shapes=generation_shapes, graph_capture=True,
+                 batch_invariant=True, sglang_forward="RMSNorm")
 SPECS = [
     OpSpec("rms_norm", "norm", rms_norm_case, DOCTOR, bench_shapes, tune_candidates=tune_candidates,
            tune_shapes=tune_shapes, tune_keep=tune_keep, x_axis="rows", kernels=_kernels(False),
-           config_keys=CONFIG_KEYS),
+           config_keys=CONFIG_KEYS, function=rms_norm, **_REGISTRY),
     OpSpec("fused_add_rms_norm", "norm", fused_add_rms_norm_case, DOCTOR, bench_shapes,
            tune_candidates=tune_candidates, tune_shapes=tune_shapes, tune_keep=tune_keep, x_axis="rows",
-           kernels=_kernels(True), config_keys=CONFIG_KEYS),
+           kernels=_kernels(True), config_keys=CONFIG_KEYS, function=fused_add_rms_norm, **_REGISTRY),
 ]  # fmt: skip

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ...runtime import INDEX_DTYPES, capabilities, get_config, launch_options, plan_cache, use_triton
+from ...runtime import INDEX_DTYPES, capabilities, launch_options, plan_cache, use_triton
+from ..spec import lookup_config
 from ..launch import constexpr_args, run_keywords
 from ..validation import checked_mode, power_of_two_at_most, require_number, require_same_device, require_tensor
 from . import kernels, reference
@@ -78,7 +79,7 @@ def _rope_plan(num_q_heads: int, num_k_heads: int, rotary_dim: int, is_neox: boo
 def _cached_plan(head_size: int, tokens: int, num_q_heads: int, num_k_heads: int, rotary_dim: int,
                  is_neox: bool) -> RopePlan:  # fmt: skip
     return _rope_plan(num_q_heads, num_k_heads, rotary_dim, is_neox,
-                      get_config(OP, head_size=head_size, tokens=tokens))  # fmt: skip
+                      lookup_config(OP, head_size=head_size, tokens=tokens))  # fmt: skip
 
 
 def _layout(x: torch.Tensor, head_size: int) -> tuple[int, int, int]:

@@ -82,8 +82,17 @@ def tune_candidates(quick: bool) -> list[dict]:
     ]
 
 
+def generation_shapes(preset, max_context: int, max_batch: int, step: int):
+    """Every batch 1..max_batch, then two prefill token counts."""
+    heads = {"q_heads": preset.num_heads, "kv_heads": preset.num_kv_heads, "head_dim": preset.head_dim}
+    tokens = list(range(1, max_batch + 1)) + [1024, 8192]
+    return ({"tokens": t, **heads, "rope_theta": preset.rope_theta} for t in tokens)
+
+
 SPECS = [
     OpSpec("rotary_embedding", "rope", rotary_embedding_case, DOCTOR, bench_shapes, tune_candidates=tune_candidates,
            x_axis="tokens", kernels=rotary_embedding_kernels,
-           config_keys={"TOKENS_PER_PROGRAM": TILE, "HEADS_PER_PROGRAM": COUNT}),
+           config_keys={"TOKENS_PER_PROGRAM": TILE, "HEADS_PER_PROGRAM": COUNT}, function=rotary_embedding,
+           lookup_dims=("head_size", "tokens"), generation_shapes=generation_shapes, graph_capture=True,
+           batch_invariant=True, sglang_forward="RotaryEmbedding(+subclasses)"),
 ]  # fmt: skip

@@ -46,7 +46,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ...runtime import capabilities, current_target, get_config, launch_options, plan_cache, use_triton
+from ...runtime import capabilities, current_target, launch_options, plan_cache, use_triton
+from ..spec import lookup_config
 from ..launch import constexpr_args, run_keywords
 from ..validation import checked_mode, require_tensor
 from . import kernels, pivot_kernels, reference, renorm_kernels
@@ -124,7 +125,7 @@ def _raise_if_any(op: str, checks) -> None:
 
 @plan_cache
 def _looked_up_config(op: str, vocab: int) -> dict:
-    return {"BLOCK_R": 1, "BLOCK_V": 2048, **get_config(op, vocab=vocab)}
+    return {"BLOCK_R": 1, "BLOCK_V": 2048, **lookup_config(op, vocab=vocab)}
 
 
 def _config(op: str, vocab: int, config: dict | None) -> dict:

@@ -186,20 +186,22 @@ def _renorm_kernels(op_name):
 
 
 _DOCTOR_RENORM = (({"batch": 9, "vocab": 1000}, torch.float32),)
+# Looked up by the vocabulary only: a row's blocks (and so its draw) never depend on the batch.
 _TUNE = dict(tune_candidates=tune_candidates, tune_shapes=tune_shapes, bench_dtype=torch.float32, x_axis="batch",
-             config_keys={"BLOCK_R": TILE, "BLOCK_V": TILE})  # rows per program (renorm), tokens per block
+             config_keys={"BLOCK_R": TILE, "BLOCK_V": TILE},  # rows per program (renorm), tokens per block
+             lookup_dims=("vocab",))
 SPECS = [
     OpSpec("sample", "sampling", sample_case, (({"batch": 33, "vocab": 1000}, torch.float32),), sample_shapes,
-           compare=compare_draws, kernels=sample_kernels, **_TUNE),
+           compare=compare_draws, kernels=sample_kernels, function=sample, graph_capture=True, **_TUNE),
     OpSpec("greedy", "sampling", greedy_case,
            tuple(({"batch": 33, "vocab": 1000, "tie": True}, d) for d in (torch.float32, torch.bfloat16)),
-           sample_shapes, compare=compare_exact, kernels=greedy_kernels, **_TUNE),
+           sample_shapes, compare=compare_exact, kernels=greedy_kernels, function=greedy, graph_capture=True, **_TUNE),
     OpSpec("top_k_renorm_probs", "sampling", _renorm_case(top_k_renorm_probs, ("top_ks",)), _DOCTOR_RENORM,
-           renorm_shapes, kernels=_renorm_kernels("top_k_renorm_probs"), **_TUNE),
+           renorm_shapes, kernels=_renorm_kernels("top_k_renorm_probs"), function=top_k_renorm_probs, **_TUNE),
     OpSpec("top_p_renorm_probs", "sampling", _renorm_case(top_p_renorm_probs, ("top_ps",)), _DOCTOR_RENORM,
-           renorm_shapes, kernels=_renorm_kernels("top_p_renorm_probs"), **_TUNE),
+           renorm_shapes, kernels=_renorm_kernels("top_p_renorm_probs"), function=top_p_renorm_probs, **_TUNE),
     OpSpec("min_p_renorm_probs", "sampling", _renorm_case(min_p_renorm_probs, ("min_ps",)), _DOCTOR_RENORM,
-           renorm_shapes, kernels=_renorm_kernels("min_p_renorm_probs"), **_TUNE),
+           renorm_shapes, kernels=_renorm_kernels("min_p_renorm_probs"), function=min_p_renorm_probs, **_TUNE),
     OpSpec("renorm_probs", "sampling", _renorm_case(renorm_probs, ("top_ks", "top_ps", "min_ps")), _DOCTOR_RENORM,
-           renorm_shapes, kernels=_renorm_kernels("renorm_probs"), **_TUNE),
+           renorm_shapes, kernels=_renorm_kernels("renorm_probs"), function=renorm_probs, **_TUNE),
 ]  # fmt: skip
