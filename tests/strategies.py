@@ -13,7 +13,7 @@ import torch
 from hypothesis import strategies as st
 
 from kunlun_triton.runtime import FLOAT_DTYPES, current_target
-from kunlun_triton.testing.paged import decode_batch, extend_batch
+from kunlun_triton.introspect.paged import decode_batch, extend_batch
 
 DEVICE = current_target().device_type
 AWKWARD_WIDTHS = (1, 13, 64, 96, 127, 128, 200)
@@ -57,7 +57,7 @@ def seeds():
     return st.integers(0, 2**31 - 1)
 
 
-# ---- paged attention layouts (`kunlun_triton.testing.paged`) ----
+# ---- paged attention layouts (`kunlun_triton.introspect.paged`) ----
 
 
 def page_sizes():

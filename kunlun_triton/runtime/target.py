@@ -128,7 +128,7 @@ def targeting(target: Target):
     and dispatch follow it). For tools that plan another target's launches
     on this machine (``kunlun-triton inspect``, lowering tests): a target
     whose ``device_type`` is ``"meta"`` runs the launchers on meta tensors,
-    with the launches stubbed (`kunlun_triton.testing.launches`)."""
+    with the launches stubbed (`kunlun_triton.introspect.launches`)."""
     _override.append(target)
     try:
         yield target

@@ -1,36 +1,34 @@
-"""Tools for people writing and testing kernels in this package.
+"""What tests of kernels import: comparison with a reference and the targets
+they run or lower for. Nothing in the package's production code paths
+imports from here except the tools' tolerances (`tools.checks`); the
+machinery that plans, compiles and measures kernels lives in
+`kunlun_triton.introspect`.
 
-- `TOLERANCES`, `tolerance`, `assert_close`: per-dtype comparison with a reference.
-- `KernelSpec`, `assert_lowers`, `compile_ahead_of_time`: prove a kernel lowers
-  for CUDA sm_90 and HIP gfx942 without a device.
-- `paged`: paged KV pools and decode/extend argument sets for attention.
-- `SHIPPED_TARGETS`: run an op with another target's configs;
-  `LOWERING_TARGETS`: the targets whose launch plans the lowering tests compile.
-- `launches`: stub Triton launches to count compilations and time launchers,
-  and record a call's launches as `KernelSpec`s for any target.
-- `sass`: registers, spills, shared memory and instructions per loop of a
-  compiled kernel (`kunlun-triton inspect`).
+- `TOLERANCES`, `tolerance`, `assert_close`, `max_abs_error`: per-dtype
+  comparison with a reference.
+- `assert_lowers` (with `KernelSpec`, what it takes): prove kernels lower for
+  CUDA sm_90 and HIP gfx942 without a device.
+- `SHIPPED_TARGETS`, `target_id`: run an op with another target's configs;
+  `LOWERING_TARGETS`, `aot_target`: the targets whose launch plans the
+  lowering tests compile, and what each compiles for.
 
 Imports nothing beyond torch and triton (no hypothesis: the tools import this).
 """
 
-from . import paged
-from .aot import AOT_TARGETS, KernelSpec, assert_lowers, compile_ahead_of_time
+from ..introspect.aot import KernelSpec
+from .lowering import assert_lowers
 from .targets import LOWERING_TARGETS, SHIPPED_TARGETS, aot_target, target_id
 from .tolerances import TOLERANCES, assert_close, max_abs_error, tolerance
 
 __all__ = [
-    "AOT_TARGETS",
     "KernelSpec",
     "LOWERING_TARGETS",
     "SHIPPED_TARGETS",
     "TOLERANCES",
-    "assert_close",
     "aot_target",
+    "assert_close",
     "assert_lowers",
-    "compile_ahead_of_time",
     "max_abs_error",
-    "paged",
     "target_id",
     "tolerance",
 ]

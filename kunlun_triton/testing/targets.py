@@ -9,6 +9,7 @@ rows per program) then fails on this machine, not first on the card::
 
 from __future__ import annotations
 
+from ..introspect.aot import aot_target  # noqa: F401 (a lowering test's companion of LOWERING_TARGETS)
 from ..runtime import Target
 
 # Target "torch" has no file of its own: it reads default.yaml.
@@ -32,8 +33,3 @@ LOWERING_TARGETS = (
     Target("hip", "gfx942", "cuda", "test"),
     Target("kunlun", "p800", "cuda", "test"),
 )
-
-
-def aot_target(target: Target) -> str:
-    """The `AOT_TARGETS` name a target's plans compile for."""
-    return "hip" if target.name == "hip" else "cuda"

@@ -4,7 +4,7 @@ For each op whose spec plans its kernels (`OpSpec.kernels`), the launcher
 runs on meta tensors of the requested shape as the target would run it
 (its config, its capabilities; launches stubbed), the planned kernels are
 compiled ahead of time (CUDA sm_90 or HIP gfx942; Kunlun's plans on sm_90
-as a proxy) and measured from their machine code (`testing.sass`). With
+as a proxy) and measured from their machine code (`introspect.sass`). With
 ``--compare sglang`` SGLang 0.5.23's kernels for the same job are planned by
 SGLang's own launchers and measured in the same run.
 
@@ -78,7 +78,7 @@ def _row(op, impl, result) -> dict:
     row = {"op": op, "impl": impl, "kernel": spec.name}
     if not result["ok"]:
         return {**row, "error": result["error"].strip().splitlines()[-1]}
-    from ..testing.sass import kernel_cost
+    from ..introspect.sass import kernel_cost
 
     cost = kernel_cost(result)
     items = spec.loop_items
@@ -114,7 +114,7 @@ def _baselines(kind: str) -> dict:
 def inspect_ops(names, target: Target, preset, dtype, batch=None, context=None, overrides=None,
                 compare=(), traffic=False, compilations=False, launcher_us=False, compile=True) -> dict:  # fmt: skip
     from ..ops.spec import all_specs
-    from ..testing import aot_target, compile_ahead_of_time
+    from ..introspect import aot_target, compile_ahead_of_time
 
     specs = all_specs()
     families = {s.family for s in specs.values()}
@@ -180,7 +180,7 @@ def launcher_overhead(name, spec, target, shape, dtype, sglang_call=None) -> dic
     """Python microseconds per call, launches stubbed, on CPU tensors of the
     shape (the target's configs and capabilities), ours and SGLang's in
     interleaved rounds."""
-    from ..testing.launches import compare_launchers_us
+    from ..introspect.launches import compare_launchers_us
 
     cpu = Target(target.name, target.arch, "cpu", target.reason)
     with targeting(cpu):

@@ -3,7 +3,7 @@ specialised integer depends on the batch size, the context length or the
 token count (those would recompile mid-serving and defeat CUDA graphs).
 
 Every shape of a generation runs through the public ops with Triton's
-launches stubbed (`kunlun_triton.testing.launches.count_specializations`
+launches stubbed (`kunlun_triton.introspect.launches.count_specializations`
 binds each launch as Triton's launcher does and counts distinct compile
 keys); tensors live on the meta device, so a 16k-token pool costs nothing.
 """
@@ -13,7 +13,7 @@ import torch
 
 from kunlun_triton import ops
 from kunlun_triton.runtime import Target, targeting
-from kunlun_triton.testing.launches import count_specializations
+from kunlun_triton.introspect.launches import count_specializations
 from kunlun_triton.tools.presets import MODEL_PRESETS
 
 LLAMA = MODEL_PRESETS["llama-3-8b"]

@@ -19,7 +19,7 @@ from kunlun_triton.ops import (
     rms_norm,
     rotary_embedding,
 )
-from kunlun_triton.testing.paged import decode_batch, extend_batch
+from kunlun_triton.introspect.paged import decode_batch, extend_batch
 
 
 def _rms_norm(**kw):

@@ -5,7 +5,8 @@ import textwrap
 import pytest
 import torch
 
-from kunlun_triton.testing import KernelSpec, assert_close, assert_lowers, compile_ahead_of_time, tolerance
+from kunlun_triton.testing import KernelSpec, assert_close, assert_lowers, tolerance
+from kunlun_triton.introspect import compile_ahead_of_time
 
 TOY_KERNELS = textwrap.dedent(
     '''

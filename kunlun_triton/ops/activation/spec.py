@@ -48,7 +48,7 @@ def _case(name: str):
 def _kernels(name: str):
     def kernels(shape, dtype, config):
         """The launch of one call on meta tensors, planned for the active target."""
-        from ...testing.launches import meta_kernel_specs
+        from ...introspect.launches import meta_kernel_specs
 
         rows, d, lead = shape["rows"], shape["d"], shape.get("lead", 1)
         pad = 6 if shape.get("strided") else 0

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from ...testing.paged import decode_batch, extend_batch
+from ...introspect.paged import decode_batch, extend_batch
 from ..spec import COUNT, FORMULATION, TILE, OpCase, OpSpec
 from . import reference
 from .decode_attention import decode_attention
@@ -139,7 +139,7 @@ def _kv_pool(slots, kv_heads, head_dim, v_dim, dtype):
 
 
 def store_kv_kernels(shape, dtype, config):
-    from ...testing.launches import meta_kernel_specs, with_loop_items
+    from ...introspect.launches import meta_kernel_specs, with_loop_items
 
     tokens, kv_heads, head_dim = shape["tokens"], shape["kv_heads"], shape["head_dim"]
     k, v = _meta(tokens, kv_heads, head_dim, dtype=dtype), _meta(tokens, kv_heads, head_dim, dtype=dtype)
@@ -150,7 +150,7 @@ def store_kv_kernels(shape, dtype, config):
 
 
 def decode_attention_kernels(shape, dtype, config):
-    from ...testing.launches import meta_kernel_specs, with_loop_items
+    from ...introspect.launches import meta_kernel_specs, with_loop_items
 
     lens = shape.get("lens") or [shape["context_len"]] * shape["batch"]
     batch, total = len(lens), sum(lens)
@@ -166,7 +166,7 @@ def decode_attention_kernels(shape, dtype, config):
 
 
 def extend_attention_kernels(shape, dtype, config):
-    from ...testing.launches import meta_kernel_specs, with_loop_items
+    from ...introspect.launches import meta_kernel_specs, with_loop_items
 
     prefix = shape.get("prefix_lens") or [shape["prefix_len"]] * shape["batch"]
     extend = shape.get("extend_lens") or [shape["extend_len"]] * shape["batch"]

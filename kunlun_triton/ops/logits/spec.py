@@ -41,7 +41,7 @@ def make_case(shape, dtype, device) -> OpCase:
 
 def kernels(shape, dtype, config):
     """The launch of one call on meta tensors, planned for the active target."""
-    from ...testing.launches import meta_kernel_specs
+    from ...introspect.launches import meta_kernel_specs
 
     pad = 7 if shape.get("strided") else 0
     x = torch.empty(shape["rows"], shape["vocab"] + pad, dtype=dtype, device="meta")[:, : shape["vocab"]]

@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 
 from ...runtime import Target, capabilities, current_target, get_config
-from ...testing.aot import KernelSpec
+from ...introspect.aot import KernelSpec
 from ..spec import FORMULATION, TILE, OpCase, OpSpec
 from . import align, reference
 from .fused_experts import FORMULATIONS, SUM_TILE_CAP, _Plan, fused_experts
@@ -199,7 +199,7 @@ def fused_experts_kernels(shape, dtype, config) -> list[KernelSpec]:
     16-divisibility a real launch specialises on) as the active compile
     target would launch them (the GPU's under the interpreter); `config`
     None: that target's file."""
-    from ...testing.launches import kernel_specs, with_loop_items
+    from ...introspect.launches import kernel_specs, with_loop_items
 
     tokens, experts, top_k = shape["tokens"], shape["num_experts"], shape["top_k"]
     hidden, inter = shape["hidden_size"], shape["intermediate_size"]

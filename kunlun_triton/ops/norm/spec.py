@@ -59,7 +59,7 @@ def fused_add_rms_norm_case(shape, dtype, device) -> OpCase:
 def _kernels(fused: bool):
     def kernels(shape, dtype, config):
         """The launch of one call on meta tensors, planned for the active target."""
-        from ...testing.launches import meta_kernel_specs
+        from ...introspect.launches import meta_kernel_specs
 
         rows, hidden = shape["rows"], shape["hidden_size"]
         pad = 8 if shape.get("strided") else 0

@@ -52,7 +52,7 @@ def rotary_embedding_case(shape, dtype, device) -> OpCase:
 
 def rotary_embedding_kernels(shape, dtype, config):
     """The launch of one call on meta tensors, planned for the active target."""
-    from ...testing.launches import meta_kernel_specs
+    from ...introspect.launches import meta_kernel_specs
 
     tokens, q_heads, kv_heads, head_dim = shape["tokens"], shape["q_heads"], shape["kv_heads"], shape["head_dim"]
     qkv = torch.empty(tokens, (q_heads + 2 * kv_heads) * head_dim, dtype=dtype, device="meta")

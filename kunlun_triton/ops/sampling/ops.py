@@ -223,7 +223,7 @@ def _launch(plan: SamplePlan, batch, vocab, logits, temperature, top_k, top_p, m
 def plan_kernel_specs(plan, dtypes: dict) -> list:
     """`KernelSpec`s (ahead-of-time compile specs) of a plan's launches;
     `dtypes` maps each tensor argument to its torch dtype."""
-    from ...testing.aot import KernelSpec
+    from ...introspect.aot import KernelSpec
 
     scalar_types = {"n_rows": "i32", "vocab": "i32", "row_stride": "i32", "n_blocks": "i32"}
     specs = []
@@ -441,7 +441,7 @@ def _cached_renorm_plan(op: str, batch: int, vocab: int):
 
 def renorm_kernel_specs(op: str, batch: int, vocab: int, dtype, config: dict | None, target=None) -> list:
     """The AOT compile spec of the one kernel a renorm op launches."""
-    from ...testing.aot import KernelSpec
+    from ...introspect.aot import KernelSpec
 
     _, constexprs, _ = renorm_launch(batch, vocab, _config(op, vocab, config), target)
     t = _DTYPES[dtype]

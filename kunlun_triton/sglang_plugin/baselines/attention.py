@@ -100,7 +100,7 @@ def _as_on_target(call):
     from unittest import mock
 
     from kunlun_triton.runtime import current_target
-    from kunlun_triton.testing.launches import meta_kernel_specs, with_loop_items
+    from kunlun_triton.introspect.launches import meta_kernel_specs, with_loop_items
 
     with contextlib.ExitStack() as stack:
         for module, values in _target_globals(current_target()).items():

@@ -21,7 +21,7 @@ import torch
 from sglang.srt.layers.moe import topk as sglang_topk
 from sglang.srt.layers.moe.moe_runner.triton_utils.fused_moe import fused_experts_impl
 
-from kunlun_triton.testing.aot import KernelSpec
+from kunlun_triton.introspect.aot import KernelSpec
 
 FUSED_MOE_KERNEL = "sglang.kernels.ops.moe.fused_moe_triton_kernels:fused_moe_kernel"
 _TRITON_DTYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}

@@ -11,8 +11,9 @@ import torch
 
 from kunlun_triton.ops.spec import planned_kernels
 from kunlun_triton.runtime import get_config
-from kunlun_triton.testing import LOWERING_TARGETS, aot_target, assert_lowers, compile_ahead_of_time
-from kunlun_triton.testing.sass import kernel_cost
+from kunlun_triton.testing import LOWERING_TARGETS, aot_target, assert_lowers
+from kunlun_triton.introspect import compile_ahead_of_time
+from kunlun_triton.introspect.sass import kernel_cost
 
 KUNLUN = next(t for t in LOWERING_TARGETS if t.name == "kunlun")
 
@@ -45,7 +46,7 @@ def _kv_indices_kernels(target):
     """build_kv_indices (a captured decode step's metadata) as `target` launches it."""
     from kunlun_triton.ops import build_kv_indices
     from kunlun_triton.runtime import targeting
-    from kunlun_triton.testing.launches import meta_kernel_specs
+    from kunlun_triton.introspect.launches import meta_kernel_specs
 
     def meta(*shape, dtype=torch.int32):
         return torch.empty(shape, dtype=dtype, device="meta")

@@ -6,7 +6,7 @@ import torch
 from strategies import DEVICE
 
 from kunlun_triton.ops import decode_attention, extend_attention
-from kunlun_triton.testing.paged import decode_batch, extend_batch
+from kunlun_triton.introspect.paged import decode_batch, extend_batch
 
 
 def _decode(**changes):

@@ -64,8 +64,8 @@ def test_decode_alignment_kernel_fits_in_registers():
     registers and spilled 40 bytes)."""
     from kunlun_triton.ops.spec import planned_kernels
     from kunlun_triton.runtime import Target
-    from kunlun_triton.testing import compile_ahead_of_time
-    from kunlun_triton.testing.sass import kernel_cost
+    from kunlun_triton.introspect import compile_ahead_of_time
+    from kunlun_triton.introspect.sass import kernel_cost
 
     specs = planned_kernels("fused_experts", QWEN3_DECODE, torch.bfloat16, Target("cuda", "sm_90", "cuda", "test"))
     single = [s for s in specs if s.name == "moe_align_single_kernel"]

@@ -22,7 +22,7 @@ from kunlun_triton.ops.sampling import ops
 from kunlun_triton.ops.sampling import reference as ref
 from kunlun_triton.runtime import get_config
 from kunlun_triton.testing import SHIPPED_TARGETS
-from kunlun_triton.testing.interpreter_counts import count_loads
+from kunlun_triton.introspect.interpreter_counts import count_loads
 
 ALPHA = 1e-5
 VOCAB = 151936

@@ -3,7 +3,7 @@
 `triton.compile` with a `GPUTarget` lowers a kernel to PTX/cubin (CUDA) or
 AMDGCN/hsaco (HIP) on a CPU-only machine, so a kernel that only works in the
 interpreter is caught, and its machine code can be measured
-(`kunlun_triton.testing.sass`). Triton swaps every ``@triton.jit`` for an
+(`kunlun_triton.introspect.sass`). Triton swaps every ``@triton.jit`` for an
 interpreted function at decoration time when ``TRITON_INTERPRET=1``, so
 compilation runs in a child process with the variable unset; one child
 compiles a whole batch.
@@ -30,7 +30,7 @@ class KernelSpec:
     HIP's ``waves_per_eu`` ...; a backend ignores the ones it lacks) and the
     arguments known divisible by 16 (``{name: [["tt.divisibility", 16]]}``,
     what Triton's launcher proves for aligned pointers and strides; without
-    them loads are not vectorised). `kunlun_triton.testing.launches.
+    them loads are not vectorised). `kunlun_triton.introspect.launches.
     kernel_specs` records these from a real launcher call."""
 
     kernel: str
@@ -122,12 +122,8 @@ def compile_ahead_of_time(specs, targets=tuple(AOT_TARGETS), timeout: float = 90
     return [{"spec": spec, "target": job["target_name"], **res} for ((spec, _), job, res) in zip(pairs, jobs, results)]
 
 
-def assert_lowers(specs, targets=tuple(AOT_TARGETS)) -> None:
-    """Compile all specs and raise one AssertionError listing every failure."""
-    failures = [
-        f"{r['spec'].label} on {r['target']}: {r['error']}"
-        for r in compile_ahead_of_time(specs, targets)
-        if not r["ok"]
-    ]
-    if failures:
-        raise AssertionError("kernels failed to lower:\n" + "\n".join(failures))
+def aot_target(target) -> str:
+    """The `AOT_TARGETS` name a target's (`runtime.Target`) plans compile
+    for: HIP's for ``hip``, CUDA sm_90's for the rest (no Kunlun compiler is
+    reachable here: Kunlun's plans compile for sm_90 as a proxy)."""
+    return "hip" if target.name == "hip" else "cuda"
