@@ -14,7 +14,9 @@ def _enable_interpreter_on_cpu() -> None:
     before any kernel module is imported. Only the CLI does this; a library
     import never changes the environment.
     """
-    if "TRITON_INTERPRET" in os.environ or os.environ.get("KUNLUN_TRITON_TARGET"):
+    from .runtime.env import env_is_set, env_str
+
+    if env_is_set("TRITON_INTERPRET") or env_str("KUNLUN_TRITON_TARGET"):
         return
     from .runtime.target import _kunlun_present
 

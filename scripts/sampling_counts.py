@@ -7,7 +7,7 @@ the logits per row, programs per launch, SASS per element per pass.
 
 - bytes: runs `sample` under the Triton interpreter (CPU) on `--batch` rows
   for each filter mix and counts the masked-in bytes its loads take from the
-  logits (`kunlun_triton.testing.interpreter_counts`), as multiples of the
+  logits (`kunlun_triton.introspect.interpreter_counts`), as multiples of the
   row; also how many rows each stage decided (stage 2, pivot rounds). The
   row split is the cuda-sm_90 one (BLOCK_V from its config); rows per
   program do not change what a row loads, so the interpreter runs 16.
@@ -84,9 +84,9 @@ def count_bytes(args) -> list[dict]:
 
     from kunlun_triton.ops.sampling import ops
     from kunlun_triton.ops.sampling import reference as ref
-    from kunlun_triton.testing.interpreter_counts import count_loads
+    from kunlun_triton.introspect.interpreter_counts import count_loads
 
-    from kunlun_triton.testing.interpreter_speed import skip_repeated_patching
+    from kunlun_triton.introspect.interpreter_speed import skip_repeated_patching
 
     skip_repeated_patching()
     vocab, batch = args.vocab, args.batch
@@ -140,7 +140,7 @@ def python_overhead(args) -> dict:
 
     from kunlun_triton.ops.sampling import ops
     from kunlun_triton.runtime import use_triton
-    from kunlun_triton.testing.launches import stubbed_launches
+    from kunlun_triton.introspect.launches import stubbed_launches
 
     batch, vocab = 64, args.vocab
     logits = torch.empty(batch, vocab)

@@ -58,8 +58,9 @@ def main(argv=None) -> int:
     import sglang
 
     import kunlun_triton
+    from kunlun_triton.runtime.env import env_str
 
-    _say(f"starting sglang.Engine on platform {os.environ['SGLANG_PLATFORM']!r} (about a minute in development mode)")
+    _say(f"starting sglang.Engine on platform {env_str('SGLANG_PLATFORM')!r} (about a minute in development mode)")
     t0 = time.time()
     engine = sglang.Engine(
         model_path=model_path,

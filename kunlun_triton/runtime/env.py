@@ -1,5 +1,10 @@
 """Every environment variable the package reads, parsed one way.
 
+docs/environment.md lists each variable with its meaning;
+tests/runtime/test_env_reads.py fails on a raw ``os.environ`` read elsewhere
+in the package or its scripts, and on a variable read here but missing from
+that table.
+
 A malformed value is an error that names the variable and what it accepts,
 never a silent default: ``KUNLUN_TRITON_CHECK=nope`` must not turn checks off
 or on by accident. No torch import here: the SGLang plugin reads these before
@@ -49,6 +54,25 @@ def env_str(name: str, default: str | None = None) -> str | None:
     if raw is None or not raw.strip():
         return default
     return raw.strip()
+
+
+def env_is_set(name: str) -> bool:
+    """Whether `name` is in the environment at all (blank included)."""
+    return name in os.environ
+
+
+def env_int(name: str, default: int, *, minimum: int = 1) -> int:
+    """An integer >= `minimum`, or `default` when unset."""
+    raw = env_str(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = minimum - 1
+    if value < minimum:
+        raise EnvError(name, raw, f"an integer >= {minimum}")
+    return value
 
 
 def env_flag(name: str, default: bool) -> bool:

@@ -82,13 +82,17 @@ def _gpu_target_forced() -> bool:
 
 
 def _selected() -> bool:
-    return os.environ.get("SGLANG_PLATFORM", "").strip() == PLATFORM_NAME
+    from kunlun_triton.runtime.env import env_str
+
+    return env_str("SGLANG_PLATFORM") == PLATFORM_NAME
 
 
 def _enter_dev_mode() -> None:
     global _said_dev_mode
+    from kunlun_triton.runtime.env import env_str
+
     os.environ[DEV_MODE_ENV] = "1"
-    if os.environ.get("TRITON_INTERPRET") != "1":
+    if env_str("TRITON_INTERPRET") != "1":
         os.environ["TRITON_INTERPRET"] = "1"
     # Re-detect: a detection cached before TRITON_INTERPRET was set said "torch".
     from kunlun_triton.runtime import detect_target
@@ -133,7 +137,9 @@ def dev_mode() -> bool:
     (wrong outputs, or a fault that ends the process) and, through
     ``store_kv``, write into unrelated memory. See docs/design.md's table of
     opt-outs."""
-    return os.environ.get(DEV_MODE_ENV) == "1"
+    from kunlun_triton.runtime.env import env_str
+
+    return env_str(DEV_MODE_ENV) == "1"
 
 
 def register() -> None:

@@ -46,7 +46,6 @@ non-NHD KV caches.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -55,6 +54,7 @@ from sglang.srt.layers.attention.base_attn_backend import AttentionBackend
 from sglang.srt.layers.radix_attention import AttentionType
 from sglang.srt.mem_cache.memory_pool import KVWriteLoc
 
+from ..runtime.env import env_int
 from . import dev_mode
 from .kv_pool import plain_mla_pool, plain_pool, store_kv_into_pool, store_latent_into_pool
 
@@ -117,7 +117,7 @@ def deterministic_split_tile_size() -> int:
         tile = get_exec().kernel.triton_attention_split_tile_size
     except Exception:
         tile = None
-    return int(tile or os.environ.get("SGLANG_TRITON_DECODE_SPLIT_TILE_SIZE", 256))
+    return int(tile or env_int("SGLANG_TRITON_DECODE_SPLIT_TILE_SIZE", 256))
 
 
 class KunlunTritonAttnBackend(AttentionBackend):

@@ -15,6 +15,8 @@ import json
 import os
 from pathlib import Path
 
+from ..runtime.env import env_str
+
 ARCHS = ("llama", "qwen2", "qwen3", "qwen3_moe", "mixtral", "mistral", "phi3", "gemma2", "deepseek_v2")
 # Sliding windows shorter than the test prompts, so the window changes the answer.
 WINDOW = 8
@@ -168,7 +170,7 @@ def build_tiny_model(out_dir, arch: str = "llama", seed: int = 0, overwrite: boo
 
 
 def default_model_dir(arch: str = "llama") -> Path:
-    root = os.environ.get("KUNLUN_TRITON_TINY_MODEL_DIR") or os.path.join(
+    root = env_str("KUNLUN_TRITON_TINY_MODEL_DIR") or os.path.join(
         os.path.expanduser("~"), ".cache", "kunlun_triton", "tiny_models"
     )
     return Path(root) / f"tiny-{arch}"
