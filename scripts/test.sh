@@ -5,7 +5,8 @@
 #   sglang:  .venv-sglang with the `sglang` extra (SGLang 0.5.23 pins torch
 #            2.14.1 and triton 3.8): the plugin end to end, comparisons with
 #            SGLang's own kernels and allocator, and every ahead-of-time
-#            lowering test again on the older Triton.
+#            lowering test again on the older Triton (markers `sglang` and
+#            `lowering`, tests/conftest.py).
 # Kernels run in the Triton interpreter when no accelerator is present.
 # KUNLUN_TRITON_STRICT_SKIPS=1 turns any skip into a failure, so a suite that
 # cannot run is reported, not hidden. KUNLUN_TRITON_TEST_STAGES picks stages
@@ -29,7 +30,7 @@ for stage in ${KUNLUN_TRITON_TEST_STAGES:-kernels sglang}; do
       VENV=.venv-sglang
       setup_venv "sglang,test" pinned-by-extras
       log "stage sglang: the plugin end to end, SGLang comparisons, lowering on SGLang's Triton"
-      KUNLUN_TRITON_REQUIRE_SGLANG=1 "$VENV/bin/python" -m pytest -k "sglang or lower" \
+      KUNLUN_TRITON_REQUIRE_SGLANG=1 "$VENV/bin/python" -m pytest -m "sglang or lowering" \
         --junitxml=.test-results/sglang.xml "$@"
       ;;
     *)

@@ -66,6 +66,31 @@ def device() -> str:
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "sglang: needs SGLang installed (run in the sglang environment)")
+    config.addinivalue_line(
+        "markers",
+        "lowering: compiles kernels ahead of time; the sglang stage runs these again on SGLang's Triton "
+        '(scripts/test.sh: -m "sglang or lowering")',
+    )
+
+
+def _left_out_files() -> list:
+    """The test files `collect_ignore_glob` leaves out (no SGLang here)."""
+    from pathlib import Path
+
+    if not collect_ignore_glob:
+        return []
+    tests = Path(__file__).parent
+    return sorted(p for p in tests.rglob("test_*.py") if "sglang" in p.name or "sglang" in p.parent.name)
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Say what a plain run without SGLang did not collect, and why."""
+    left_out = _left_out_files()
+    if left_out:
+        terminalreporter.write_line(
+            f"kunlun-triton: {len(left_out)} test files need SGLang, which does not import here, and were not "
+            "collected (the sglang stage runs them: KUNLUN_TRITON_TEST_STAGES=sglang bash scripts/test.sh)"
+        )
 
 
 def pytest_collection_modifyitems(config, items):

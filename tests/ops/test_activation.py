@@ -105,6 +105,7 @@ def test_bad_inputs_name_the_argument(name, error, call):
         call()
 
 
+@pytest.mark.lowering
 def test_kernels_lower_for_cuda_and_hip():
     """As the launchers plan them for each target (`OpSpec.kernels`)."""
     specs = []

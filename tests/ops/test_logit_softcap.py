@@ -85,6 +85,7 @@ def test_failed_call_leaves_logits_unchanged():
     assert torch.equal(x, before)
 
 
+@pytest.mark.lowering
 def test_kernels_lower_for_cuda_and_hip():
     """As the launchers plan them for each target (`OpSpec.kernels`), at Gemma-2's vocabulary."""
     specs = []

@@ -193,6 +193,7 @@ def test_bad_input_leaves_residual_untouched():
     assert torch.equal(residual, before)
 
 
+@pytest.mark.lowering
 def test_norm_kernels_lower_for_cuda_and_hip():
     """As the launchers plan them for each target (`OpSpec.kernels`): a wide
     strided row in fp16 and bf16, narrow rows several per program."""

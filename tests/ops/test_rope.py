@@ -205,6 +205,7 @@ def test_bad_inputs_name_the_argument(name, error, call):
     assert torch.equal(Q, query_before), "a rejected call must not touch query"
 
 
+@pytest.mark.lowering
 def test_kernel_lowers_for_cuda_and_hip():
     """As the launcher plans it for each target (`OpSpec.kernels`): decode and
     prefill token counts, partial rotary dims, both layouts."""

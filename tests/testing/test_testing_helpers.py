@@ -30,6 +30,7 @@ def toy_module(tmp_path, monkeypatch):
     return "toy_kernels:scale_kernel"
 
 
+@pytest.mark.lowering
 def test_aot_lowers_for_cuda_and_hip(toy_module):
     results = compile_ahead_of_time([KernelSpec(toy_module, SIGNATURE, {"BLOCK": 128})])
     assert {r["target"] for r in results} == {"cuda", "hip"}

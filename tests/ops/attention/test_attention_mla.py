@@ -55,6 +55,7 @@ def _mla_shapes(q_heads):
             "extend_attention": {"batch": 2, "prefix_len": 500, "extend_len": 300, **heads}}  # fmt: skip
 
 
+@pytest.mark.lowering
 @pytest.mark.parametrize("q_heads", [16, 128])
 def test_mla_launches_split_576_into_512_plus_64_and_lower(q_heads):
     """Every target's plan lowers; with 128 heads decode runs 8 programs of 16

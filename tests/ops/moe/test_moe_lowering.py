@@ -10,6 +10,9 @@ import torch
 from kunlun_triton.ops.spec import all_specs
 from kunlun_triton.testing import assert_lowers
 
+# Run again in the sglang stage, on the Triton SGLang brings (scripts/test.sh).
+pytestmark = pytest.mark.lowering
+
 SPECS = all_specs(("moe",))
 DOT = {"formulation": "dot", "BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 32, "num_warps": 4}
 SUM = {"formulation": "sum", "BLOCK_M": 4, "BLOCK_N": 32, "BLOCK_K": 16}

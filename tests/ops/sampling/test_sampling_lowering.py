@@ -5,12 +5,16 @@ its two row-reading kernels, and the renorm kernel, for gfx942 too; Kunlun's
 plan (IGNORES_OTHER: masked lanes filled with tl.where, 8192-token blocks)
 for sm_90. About 15 compilations, so the set is chosen, not exhaustive."""
 
+import pytest
 import torch
 
 from kunlun_triton.ops.sampling import ops
 from kunlun_triton.ops.spec import all_specs
 from kunlun_triton.runtime import get_config
 from kunlun_triton.testing import SHIPPED_TARGETS, assert_lowers
+
+# Run again in the sglang stage, on the Triton SGLang brings (scripts/test.sh).
+pytestmark = pytest.mark.lowering
 
 VOCAB = 151936
 
