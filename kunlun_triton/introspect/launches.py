@@ -100,15 +100,16 @@ class SpecializationCounter:
 
 
 @contextlib.contextmanager
-def stubbed_launches(on_launch=None):
+def stubbed_launches(on_launch=None, *, with_grid: bool = False):
     """Within the block every launch of a ``@triton.jit`` kernel
     (``kernel.run(*args, grid=, warmup=, **kwargs)``, or ``kernel[grid](...)``,
-    which calls it) calls ``on_launch(kernel, args, kwargs)`` (when given)
-    instead of compiling and running it."""
+    which calls it) calls ``on_launch(kernel, args, kwargs)`` (when given;
+    ``with_grid``: ``on_launch(kernel, args, kwargs, grid)``) instead of
+    compiling and running it."""
 
     def run(self, *args, grid, warmup, **kwargs):
         if on_launch is not None:
-            on_launch(self, args, kwargs)
+            on_launch(self, args, kwargs, *((grid,) if with_grid else ()))
         return None
 
     saved = [(cls, cls.__dict__["run"]) for cls in _KERNEL_CLASSES]
@@ -130,10 +131,11 @@ def count_specializations():
         yield counter
 
 
-def record_launches(call) -> list[tuple]:
-    """``call()`` with launches stubbed; returns its ``(kernel, args, kwargs)`` launches."""
+def record_launches(call, *, with_grid: bool = False) -> list[tuple]:
+    """``call()`` with launches stubbed; returns its ``(kernel, args, kwargs)``
+    launches (``with_grid``: ``(kernel, args, kwargs, grid)``)."""
     launches = []
-    with stubbed_launches(lambda kernel, args, kwargs: launches.append((kernel, args, kwargs))):
+    with stubbed_launches(lambda *launch: launches.append(launch), with_grid=with_grid):
         call()
     return launches
 

@@ -22,9 +22,10 @@ class TilePlan:
 
 def row_tile_plan(kernel, width: int, config: dict, **constexprs) -> TilePlan:
     """The plan of `kernel`, whose signature ends with `constexprs` and
-    BLOCK_COLS, ROWS_PER_PROGRAM, LOAD_IGNORES_OTHER."""
-    block_cols = min(1 << max(width - 1, 0).bit_length(), power_of_two_at_most(config.get("BLOCK_COLS", 1024)))
-    rows = power_of_two_at_most(config.get("ROWS_PER_PROGRAM", 1))
+    BLOCK_COLS, ROWS_PER_PROGRAM, LOAD_IGNORES_OTHER. `config` holds both
+    keys (looked up, or explicit over ``default.yaml``: their one home)."""
+    block_cols = min(1 << max(width - 1, 0).bit_length(), power_of_two_at_most(config["BLOCK_COLS"]))
+    rows = power_of_two_at_most(config["ROWS_PER_PROGRAM"])
     constexprs = constexpr_args(kernel, **constexprs, BLOCK_COLS=block_cols, ROWS_PER_PROGRAM=rows,
                                 LOAD_IGNORES_OTHER=capabilities().load_ignores_other)  # fmt: skip
     return TilePlan(block_cols, rows, constexprs, run_keywords(launch_options(config)))

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from ...runtime import plan_cache
-from ..spec import lookup_config
+from ..spec import explicit_config, lookup_config
 from ..validation import require_number
 from .shared import AttentionPlan, attention_plan, cdiv
 
@@ -34,6 +34,7 @@ def _cached_plan(dtype, head_dim, v_dim, group, formulation):
 def _plan(config, dtype, head_dim, v_dim, group, formulation) -> AttentionPlan:
     if config is None:
         return _cached_plan(dtype, head_dim, v_dim, group, formulation)
+    config = explicit_config(OP, config, head_dim=head_dim, group=group)
     return attention_plan(OP, config, dtype, head_dim, v_dim, group, formulation)
 
 

@@ -40,7 +40,7 @@ import triton
 import triton.language as tl
 
 from ...runtime import INDEX_DTYPES, plan_cache, use_triton
-from ..spec import lookup_config
+from ..spec import explicit_config, lookup_config
 from ..launch import constexpr_args
 from ..loads import masked_load
 from ..validation import (
@@ -311,6 +311,8 @@ def _launch_plan(config, dtype, head_dim, v_dim, group, formulation, logit_cap, 
     of a shape class."""
     if config is None:
         config = lookup_config(OP, head_dim=head_dim, group=group)
+    else:
+        config = explicit_config(OP, config, head_dim=head_dim, group=group)
     plan = attention_plan(OP, config, dtype, head_dim, v_dim, group, formulation)
     constexprs = constexpr_args(
         extend_kernel, GROUP=group, HEAD_DIM=head_dim, V_DIM=v_dim, BLOCK_M=plan.block_m, BLOCK_N=plan.block_n,

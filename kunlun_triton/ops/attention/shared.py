@@ -99,7 +99,12 @@ class AttentionPlan:
 
 def attention_plan(op: str, config: dict, dtype, head_dim: int, v_dim: int, group: int, formulation) -> AttentionPlan:
     form = choose_formulation(op, dtype, config, formulation)
-    block_m, block_n = int(config.get("BLOCK_M", 32)), int(config.get("BLOCK_N", 32))
+    # Every key below comes from the op's config (looked up, or explicit over
+    # autotune_configs/default.yaml, their one home); decode has no query-row
+    # tile (BLOCK_M) and extend no split policy.
+    decode = op == "decode_attention"
+    block_n = int(config["BLOCK_N"])
+    block_m = block_n if decode else int(config["BLOCK_M"])
     # decode: a program takes at most MAX_BLOCK_H heads of a group (MLA's 128 q
     # heads on one latent head would otherwise hold a [128, 576] q tile: the
     # programs split the group, each re-reading the group's K/V, as SGLang's
@@ -119,9 +124,9 @@ def attention_plan(op: str, config: dict, dtype, head_dim: int, v_dim: int, grou
         block_dv=dim_block(v_dim, form),
         merge_block_h=merge_block_h,
         merge_block_dv=next_power_of_2(v_dim),
-        min_split_tokens=max(int(config.get("MIN_SPLIT_TOKENS", 4 * block_n)), 1),
-        target_programs=max(int(config.get("TARGET_PROGRAMS", 64)), 1),
-        max_kv_splits=max(int(config.get("MAX_KV_SPLITS", 16)), 1),
+        min_split_tokens=max(int(config["MIN_SPLIT_TOKENS"]), 1) if decode else 0,
+        target_programs=max(int(config["TARGET_PROGRAMS"]), 1) if decode else 0,
+        max_kv_splits=max(int(config["MAX_KV_SPLITS"]), 1) if decode else 0,
         load_ignores_other=capabilities().load_ignores_other,
         launch=run_keywords(launch_options(config)),
     )

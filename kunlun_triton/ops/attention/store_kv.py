@@ -15,7 +15,7 @@ import triton
 import triton.language as tl
 
 from ...runtime import INDEX_DTYPES, capabilities, launch_options, plan_cache, use_triton
-from ..spec import lookup_config
+from ..spec import explicit_config, lookup_config
 from ..launch import constexpr_args, run_keywords
 from ..loads import masked_load
 from ..validation import check_slots, checked_mode, require_same, require_same_device, require_tensor
@@ -97,8 +97,8 @@ class CopyPlan:
 
 
 def _copy_plan(heads: int, k_dim: int, v_dim: int, config: dict) -> CopyPlan:
-    per_program = int(config.get("TOKENS_PER_PROGRAM", 4))
-    block_c = min(next_power_of_2(heads * max(k_dim, v_dim)), int(config.get("MAX_BLOCK_C", 1024)))
+    per_program = int(config["TOKENS_PER_PROGRAM"])  # defaults: autotune_configs/default.yaml
+    block_c = min(next_power_of_2(heads * max(k_dim, v_dim)), int(config["MAX_BLOCK_C"]))
     constexprs = constexpr_args(store_kv_kernel, HEADS=heads, K_DIM=k_dim, V_DIM=v_dim, TOKENS_PER_PROGRAM=per_program,
                                 BLOCK_C=block_c, LOAD_IGNORES_OTHER=capabilities().load_ignores_other)  # fmt: skip
     return CopyPlan(per_program, constexprs, run_keywords(launch_options(config)))
@@ -143,7 +143,8 @@ def store_kv(k, v, k_buffer, v_buffer, out_cache_loc, check: bool = True, *, con
         reference.store_kv(k, v, k_buffer, v_buffer, out_cache_loc)
         return
     k_dim, v_dim = k.shape[2], v.shape[2]
-    plan = _cached_plan(tokens, heads, k_dim, v_dim) if config is None else _copy_plan(heads, k_dim, v_dim, config)
+    plan = _cached_plan(tokens, heads, k_dim, v_dim) if config is None else \
+        _copy_plan(heads, k_dim, v_dim, explicit_config(OP, config, row_width=heads * k_dim, tokens=tokens))  # fmt: skip
     store_kv_kernel.run(
         k, v, k_buffer, v_buffer, out_cache_loc, tokens, k.stride(0), k.stride(1), v.stride(0), v.stride(1),
         k_buffer.stride(0), k_buffer.stride(1), v_buffer.stride(0), v_buffer.stride(1), *plan.constexprs,

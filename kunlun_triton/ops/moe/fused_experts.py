@@ -41,7 +41,7 @@ import triton.language as tl
 
 from ...runtime import capabilities, launch_options, plan_cache, use_triton
 from ...runtime.dtypes import INDEX_DTYPES
-from ..spec import lookup_config
+from ..spec import explicit_config, lookup_config
 from ..launch import constexpr_args, run_keywords
 from ..validation import (
     checked_mode,
@@ -259,10 +259,11 @@ def _check_ids(topk_ids, experts):
         raise ValueError(f"{OP}: topk_ids holds expert id {lo if lo < 0 else hi}, outside [0, {experts})")
 
 
-def _tiles(config, key, default, size, use_dot):
-    """A power-of-two tile from the config, no wider than the padded `size`
-    (and at least tl.dot's 16 where dot is used)."""
-    tile = power_of_two_at_most(int(config.get(key, default)))
+def _tiles(config, key, size, use_dot, default_key=None):
+    """A power-of-two tile from the config (`default_key`'s value where the
+    config has no `key`), no wider than the padded `size` (and at least
+    tl.dot's 16 where dot is used)."""
+    tile = power_of_two_at_most(int(config.get(key, config.get(default_key))))
     return max(16 if use_dot else 1, min(tile, dot_block(size, use_dot)))
 
 
@@ -276,10 +277,11 @@ class _Plan:
         use_dot = name == "dot"
         dot_fp32 = use_dot and (dtype == torch.float32 or (dtype == torch.bfloat16 and not caps.dot_bf16))
         zero = caps.load_ignores_other
-        self.block_m = bm = _tiles(config, "BLOCK_M", 16, 1 << 30, use_dot)
-        bn, bk = _tiles(config, "BLOCK_N", 64, inter, use_dot), _tiles(config, "BLOCK_K", 64, hidden, use_dot)
-        dbn = _tiles(config, "DOWN_BLOCK_N", config.get("BLOCK_N", 64), hidden, use_dot)
-        dbk = _tiles(config, "DOWN_BLOCK_K", config.get("BLOCK_K", 64), inter, use_dot)
+        # BLOCK_M/N/K: autotune_configs/default.yaml (their one home); W2's tiles default to W13's
+        self.block_m = bm = _tiles(config, "BLOCK_M", 1 << 30, use_dot)
+        bn, bk = _tiles(config, "BLOCK_N", inter, use_dot), _tiles(config, "BLOCK_K", hidden, use_dot)
+        dbn = _tiles(config, "DOWN_BLOCK_N", hidden, use_dot, default_key="BLOCK_N")
+        dbk = _tiles(config, "DOWN_BLOCK_K", inter, use_dot, default_key="BLOCK_K")
         if not use_dot:  # the [M, K, N] product of one step must stay small
             while bm * bk * bn > SUM_TILE_CAP and bk > 1:
                 bk //= 2
@@ -313,9 +315,8 @@ def _plan(bucket, experts, top_k, hidden, inter, dtype, activation, on_input, fo
     of two): resolved once per class, target and config directory (an
     explicit `config` builds afresh)."""
     require_choice(OP, "activation", activation, ACTIVATIONS)
-    if config is None:
-        config = lookup_config(OP, tokens=bucket, num_experts=experts, top_k=top_k, hidden_size=hidden,
-                            intermediate_size=inter)  # fmt: skip
+    dims = dict(tokens=bucket, num_experts=experts, top_k=top_k, hidden_size=hidden, intermediate_size=inter)
+    config = lookup_config(OP, **dims) if config is None else explicit_config(OP, config, **dims)
     return _Plan(experts, top_k, hidden, inter, dtype, activation, on_input, formulation, config)
 
 

@@ -22,7 +22,7 @@ import triton
 import triton.language as tl
 
 from ...runtime import launch_options, plan_cache, use_triton
-from ..spec import lookup_config
+from ..spec import explicit_config, lookup_config
 from ..launch import constexpr_args, run_keywords
 from ..validation import (
     checked_mode,
@@ -179,9 +179,10 @@ def _plan(experts, top_k, scoring, has_bias, num_expert_group, topk_group, scale
         if has_bias and experts // groups < 2:
             raise ValueError(f"{OP}: with a correction_bias a group scores its top 2 experts; groups of "
                              f"{experts // groups} expert cannot")  # fmt: skip
-    config = lookup_config(OP, num_experts=experts) if config is None else config
+    config = lookup_config(OP, num_experts=experts) if config is None else \
+        explicit_config(OP, config, num_experts=experts)  # fmt: skip
     block_e = triton.next_power_of_2(experts)
-    rows = max(1, min(power_of_two_at_most(config.get("ROWS_PER_PROGRAM", 4)), MAX_TILE // block_e))
+    rows = max(1, min(power_of_two_at_most(config["ROWS_PER_PROGRAM"]), MAX_TILE // block_e))
     meta = dict(E=experts, BLOCK_E=block_e, TOP_K=top_k, BLOCK_K=triton.next_power_of_2(top_k), ROWS=rows,
                 SIGMOID=scoring == "sigmoid", HAS_BIAS=has_bias, GROUPS=groups,
                 BLOCK_G=triton.next_power_of_2(max(groups, 1)), TOPK_GROUP=topk_group or 0,

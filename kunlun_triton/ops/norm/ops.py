@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from ...runtime import capabilities, launch_options, plan_cache, use_triton
-from ..spec import lookup_config
+from ..spec import explicit_config, lookup_config
 from ..launch import constexpr_args, run_keywords
 from ..validation import (
     as_rows,
@@ -64,7 +64,7 @@ class RowPlan:
 
 def _row_plan(op: str, width: int, config: dict) -> RowPlan:
     block_cols = 1 << max(width - 1, 0).bit_length()  # the row padded to a power of two
-    rows = power_of_two_at_most(config.get("ROWS_PER_PROGRAM", 1))
+    rows = power_of_two_at_most(config["ROWS_PER_PROGRAM"])  # defaults: autotune_configs/default.yaml
     rows = max(1, min(rows, MAX_TILE_ELEMENTS // block_cols))
     constexprs = constexpr_args(_KERNELS[op], N_COLS=width, BLOCK_COLS=block_cols, ROWS_PER_PROGRAM=rows,
                                 LOAD_IGNORES_OTHER=capabilities().load_ignores_other)  # fmt: skip
@@ -82,7 +82,8 @@ def _launch(op: str, x_rows, residual_rows, weight, out_rows, eps: float, config
     n_rows, width = x_rows.shape
     if n_rows == 0:
         return
-    plan = _cached_plan(op, width) if config is None else _row_plan(op, width, config)
+    plan = _cached_plan(op, width) if config is None else \
+        _row_plan(op, width, explicit_config(op, config, hidden_size=width))  # fmt: skip
     grid = (-(-n_rows // plan.rows_per_program),)
     kernel = _KERNELS[op]
     if residual_rows is None:

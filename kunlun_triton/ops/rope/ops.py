@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from ...runtime import INDEX_DTYPES, capabilities, launch_options, plan_cache, use_triton
-from ..spec import lookup_config
+from ..spec import explicit_config, lookup_config
 from ..launch import constexpr_args, run_keywords
 from ..validation import checked_mode, power_of_two_at_most, require_number, require_same_device, require_tensor
 from . import kernels, reference
@@ -65,8 +65,8 @@ class RopePlan:
 
 def _rope_plan(num_q_heads: int, num_k_heads: int, rotary_dim: int, is_neox: bool, config: dict) -> RopePlan:
     num_heads = num_q_heads + num_k_heads
-    tokens = power_of_two_at_most(config.get("TOKENS_PER_PROGRAM", 1))
-    heads = max(1, min(int(config.get("HEADS_PER_PROGRAM", num_heads)), num_heads))
+    tokens = power_of_two_at_most(config["TOKENS_PER_PROGRAM"])  # defaults: autotune_configs/default.yaml
+    heads = max(1, min(int(config["HEADS_PER_PROGRAM"]), num_heads))
     rot_half = rotary_dim // 2
     constexprs = constexpr_args(
         kernels.rotary_embedding_kernel, NUM_Q_HEADS=num_q_heads, NUM_K_HEADS=num_k_heads, ROT_HALF=rot_half,
@@ -157,7 +157,8 @@ def rotary_embedding(
     if config is None:
         plan = _cached_plan(head_size, n_tokens, num_q_heads, num_k_heads, rotary_dim, is_neox)
     else:
-        plan = _rope_plan(num_q_heads, num_k_heads, rotary_dim, is_neox, config)
+        plan = _rope_plan(num_q_heads, num_k_heads, rotary_dim, is_neox,
+                          explicit_config(OP, config, head_size=head_size, tokens=n_tokens))  # fmt: skip
     grid = (-(-n_tokens // plan.tokens_per_program), -(-(num_q_heads + num_k_heads) // plan.heads_per_program))
     kernels.rotary_embedding_kernel.run(
         positions, query, query if key is None else key, cos_sin_cache, n_tokens, q_token_stride, q_head_stride,

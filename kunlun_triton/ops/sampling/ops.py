@@ -47,7 +47,7 @@ from dataclasses import dataclass
 import torch
 
 from ...runtime import capabilities, current_target, launch_options, plan_cache, use_triton
-from ..spec import lookup_config
+from ..spec import explicit_config, lookup_config
 from ..launch import constexpr_args, run_keywords
 from ..validation import checked_mode, require_tensor
 from . import kernels, pivot_kernels, reference, renorm_kernels
@@ -125,15 +125,15 @@ def _raise_if_any(op: str, checks) -> None:
 
 @plan_cache
 def _looked_up_config(op: str, vocab: int) -> dict:
-    return {"BLOCK_R": 1, "BLOCK_V": 2048, **lookup_config(op, vocab=vocab)}
+    return lookup_config(op, vocab=vocab)
 
 
 def _config(op: str, vocab: int, config: dict | None) -> dict:
     """The launch config: `config`, or the one looked up by the vocabulary
-    only (a row's blocks, hence its arithmetic, never depend on the batch),
-    with defaults for keys no YAML names."""
+    only (a row's blocks, hence its arithmetic, never depend on the batch);
+    an explicit one over ``default.yaml`` (the one home of defaults)."""
     if config is not None:
-        return {"BLOCK_R": 1, "BLOCK_V": 2048, **config}
+        return explicit_config(op, config, vocab=vocab)
     return _looked_up_config(op, vocab)
 
 
