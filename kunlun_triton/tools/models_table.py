@@ -1,4 +1,4 @@
-"""The README's supported-models table, rendered from the end-to-end matrix's results.
+"""The supported-models table (docs/models.md, linked from the README), rendered from the end-to-end matrix's results.
 
 ``tests/sglang_plugin/test_sglang_engine_matrix.py`` serves a tiny checkpoint
 of each architecture on the kunlun platform and records, per architecture,
@@ -43,7 +43,7 @@ def render_notes() -> str:
 def _section(text: str) -> tuple[int, int]:
     start, end = text.find(BEGIN), text.find(END)
     if start < 0 or end < start:
-        raise ValueError("README has no supported-models section (its BEGIN / END markers)")
+        raise ValueError("docs/models.md has no supported-models section (its BEGIN / END markers)")
     return start + len(BEGIN), end
 
 

@@ -37,7 +37,7 @@ from kt_sglang_support import output_ids
 
 from kunlun_triton.tools import models_table
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+README = Path(__file__).resolve().parents[2] / "docs" / "models.md"  # the supported-models table (README links it)
 UPDATE = os.environ.get("KUNLUN_TRITON_UPDATE_README") == "1"
 CHUNK = 16  # chunked prefill smaller than the long prompt below
 NEW = 4  # few decode steps: the interpreter makes each one slow

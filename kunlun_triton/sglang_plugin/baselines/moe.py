@@ -1,5 +1,5 @@
 """SGLang 0.5.23's own MoE kernels, run on our ops' inputs (bench) and as
-ahead-of-time compile specs (``kunlun-triton inspect``, the README's
+ahead-of-time compile specs (``kunlun-triton inspect``, docs/moe.md's
 register/spill table).
 
 - routing: ``fused_topk`` (its CUDA JIT router), or the grouped

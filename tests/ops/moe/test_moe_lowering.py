@@ -2,7 +2,7 @@
 the op specs' ``kernels`` list them (the launchers' own constexprs): both
 formulations, both alignment paths, non-power-of-two sizes, fp16 and bf16.
 Small tiles keep the compiles quick; the model-sized tiles are compiled by
-the README's register/spill measurement."""
+docs/moe.md's register/spill measurement."""
 
 import pytest
 import torch

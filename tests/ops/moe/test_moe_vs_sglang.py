@@ -83,7 +83,7 @@ def test_experts_match_sglang_moe_forward_native(activation, ours):
 
 def test_sglang_fused_moe_kernel_specs_lower_at_our_block_sizes(monkeypatch):
     """The AOT specs of SGLang's fused_moe_kernel that `inspect` and
-    its README table compare ours with are valid: they compile for sm_90
+    its table in docs/moe.md compare ours with are valid: they compile for sm_90
     at the block sizes our W13 and W2 kernels use. (The compiling child
     must not select our platform: its development mode would turn SGLang's
     kernels into interpreted functions as SGLang imports.)"""
