@@ -38,8 +38,6 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-import yaml
-
 from .config_keys import check_op_config, warn_once
 from .env import env_str, raw_env_token
 from .target import Target, current_target
@@ -154,6 +152,8 @@ def _error_in(path):
 
 @functools.lru_cache(maxsize=64)
 def _load_file(path: Path, mtime: float) -> dict:
+    import yaml  # here, not at import: importing the package reads no file
+
     with open(path) as f:
         try:
             data = yaml.safe_load(f)
