@@ -12,8 +12,8 @@ from __future__ import annotations
 import torch
 from hypothesis import strategies as st
 
-from kunlun_triton.runtime import FLOAT_DTYPES, current_target
 from kunlun_triton.introspect.paged import decode_batch, extend_batch
+from kunlun_triton.runtime import FLOAT_DTYPES, current_target
 
 DEVICE = current_target().device_type
 AWKWARD_WIDTHS = (1, 13, 64, 96, 127, 128, 200)

@@ -11,11 +11,11 @@ against their references say.
 import pytest
 import torch
 
+from kunlun_triton.introspect.launches import record_launches, spec_of_launch
 from kunlun_triton.ops.launch import constexpr_args
 from kunlun_triton.ops.norm import kernels as norm_kernels
 from kunlun_triton.ops.spec import all_specs
 from kunlun_triton.runtime import Target, targeting
-from kunlun_triton.introspect.launches import record_launches, spec_of_launch
 
 SPECS = all_specs()
 TARGETS = (pytest.param(Target("cuda", "sm_90", "cpu", "test"), id="cuda"),

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from kunlun_triton import ops
-from kunlun_triton.runtime import Target, targeting
 from kunlun_triton.introspect.launches import count_specializations
+from kunlun_triton.runtime import Target, targeting
 from kunlun_triton.tools.presets import MODEL_PRESETS
 
 LLAMA = MODEL_PRESETS["llama-3-8b"]

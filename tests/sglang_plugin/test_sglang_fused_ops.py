@@ -82,3 +82,18 @@ def test_logit_softcap_hook_matches_sglang_cpu_formula_in_place():
     assert out.data_ptr() == logits.data_ptr()
     assert_close(logits, expected)
     assert torch.equal(base[:, 257:], (40 * torch.randn(3, 300, generator=torch.Generator().manual_seed(1)))[:, 257:].to(DEVICE))
+
+
+def test_fused_op_forwards_are_the_specs_with_an_sglang_forward():
+    """What the plugin registers with SGLang's BaseFusedOp is what the op
+    specs declare (`OpSpec.sglang_forward`; install.FUSED_OPS is checked
+    against the same specs in tests/ops/test_registry.py)."""
+    from kunlun_triton.ops.spec import all_specs
+    from kunlun_triton.sglang_plugin.fused_ops import register_fused_ops
+
+    registered = register_fused_ops("kunlun_registry_test")  # {layer class: op name}
+    declared = {name: spec.sglang_forward for name, spec in all_specs().items() if spec.sglang_forward}
+    assert set(registered.values()) == set(declared)
+    for cls, name in registered.items():
+        layer = declared[name].removesuffix("(+subclasses)")
+        assert any(base.__name__ == layer for base in cls.__mro__), (cls, name, layer)

@@ -5,8 +5,8 @@ import textwrap
 import pytest
 import torch
 
-from kunlun_triton.testing import KernelSpec, assert_close, assert_lowers, tolerance
 from kunlun_triton.introspect import compile_ahead_of_time
+from kunlun_triton.testing import KernelSpec, assert_close, assert_lowers, tolerance
 
 TOY_KERNELS = textwrap.dedent(
     '''

@@ -10,13 +10,13 @@ import torch
 
 from strategies import DEVICE
 
+from kunlun_triton.introspect import compile_ahead_of_time
+from kunlun_triton.introspect.paged import decode_batch, extend_batch
+from kunlun_triton.introspect.sass import kernel_cost
 from kunlun_triton.ops import decode_attention, extend_attention
 from kunlun_triton.ops.attention import reference as attention_reference
 from kunlun_triton.ops.spec import planned_kernels
 from kunlun_triton.testing import LOWERING_TARGETS, aot_target, assert_close, assert_lowers
-from kunlun_triton.introspect import compile_ahead_of_time
-from kunlun_triton.introspect.sass import kernel_cost
-from kunlun_triton.introspect.paged import decode_batch, extend_batch
 
 LATENT, ROPE = 512, 64
 HEAD_DIM = LATENT + ROPE

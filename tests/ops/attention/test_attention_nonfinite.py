@@ -19,10 +19,10 @@ from hypothesis import strategies as st
 
 from strategies import DEVICE
 
+from kunlun_triton.introspect.paged import decode_batch, extend_batch
 from kunlun_triton.ops import decode_attention, extend_attention
 from kunlun_triton.ops.attention import reference
 from kunlun_triton.testing import assert_close
-from kunlun_triton.introspect.paged import decode_batch, extend_batch
 
 FORMULATIONS = ("dot", "sum")
 BAD = (float("inf"), float("-inf"), float("nan"))

@@ -7,9 +7,9 @@ from hypothesis import strategies as st
 
 from strategies import DEVICE
 
+from kunlun_triton.introspect.paged import build_pool, decode_batch, extend_batch
 from kunlun_triton.ops import decode_attention, extend_attention, store_kv
 from kunlun_triton.testing import assert_close
-from kunlun_triton.introspect.paged import build_pool, decode_batch, extend_batch
 
 FORMULATIONS = ("dot", "sum")
 

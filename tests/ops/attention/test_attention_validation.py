@@ -5,8 +5,8 @@ import torch
 
 from strategies import DEVICE
 
-from kunlun_triton.ops import decode_attention, extend_attention
 from kunlun_triton.introspect.paged import decode_batch, extend_batch
+from kunlun_triton.ops import decode_attention, extend_attention
 
 
 def _decode(**changes):

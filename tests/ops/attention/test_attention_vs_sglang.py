@@ -6,10 +6,10 @@ import torch
 
 from strategies import DEVICE
 
+from kunlun_triton.introspect.paged import decode_batch, extend_batch
 from kunlun_triton.ops import decode_attention, extend_attention
 from kunlun_triton.sglang_plugin.baselines.attention import sglang_decode, sglang_extend
 from kunlun_triton.testing import assert_close
-from kunlun_triton.introspect.paged import decode_batch, extend_batch
 
 
 @pytest.mark.parametrize("formulation", ["dot", "sum"])

@@ -7,10 +7,10 @@ from hypothesis import strategies as st
 
 from strategies import DEVICE, decode_cases
 
+from kunlun_triton.introspect.paged import decode_batch
 from kunlun_triton.ops import decode_attention
 from kunlun_triton.ops.attention import reference as attention_reference
 from kunlun_triton.testing import assert_close
-from kunlun_triton.introspect.paged import decode_batch
 
 FORMULATIONS = ("dot", "sum")
 

@@ -6,10 +6,10 @@ from hypothesis import given
 
 from strategies import DEVICE, extend_cases
 
+from kunlun_triton.introspect.paged import extend_batch
 from kunlun_triton.ops import extend_attention
 from kunlun_triton.ops.attention import reference as attention_reference
 from kunlun_triton.testing import assert_close
-from kunlun_triton.introspect.paged import extend_batch
 
 FORMULATIONS = ("dot", "sum")
 

@@ -17,12 +17,12 @@ from hypothesis import strategies as st
 from stats import chi_square_p_value
 from strategies import DEVICE
 
+from kunlun_triton.introspect.interpreter_counts import count_loads
 from kunlun_triton.ops import sampling as api
 from kunlun_triton.ops.sampling import ops
 from kunlun_triton.ops.sampling import reference as ref
 from kunlun_triton.runtime import get_config
 from kunlun_triton.testing import SHIPPED_TARGETS
-from kunlun_triton.introspect.interpreter_counts import count_loads
 
 ALPHA = 1e-5
 VOCAB = 151936
