@@ -151,17 +151,18 @@ def config_file(output_dir: Path, target) -> Path:
 
 def merged_document(path: Path, entries: dict, target, meta_note: str) -> dict:
     """The file's contents after the tuned `entries` replace their ops."""
+    from ..ops.spec import CONFIG_RULES
     from ..runtime.config import validate
 
     data = {"version": 1, "target": target.name, "arch": target.arch, "notes": meta_note, "ops": {}}
     if path.exists():
         existing = yaml.safe_load(path.read_text()) or {}
-        validate(existing, path)
+        validate(existing, path, CONFIG_RULES)
         data = {**existing, "version": 1}
         data.setdefault("ops", {})
         data["ops"] = dict(data.get("ops") or {})
     data["ops"].update(entries)
-    validate(data, path)
+    validate(data, path, CONFIG_RULES)  # the values against each op's keys too
     return data
 
 
