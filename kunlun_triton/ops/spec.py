@@ -202,9 +202,7 @@ def explicit_config(op: str, config: dict, **dims) -> dict:
 def resolve_config(spec_name: str, dims: dict, overlay: dict | None = None) -> dict:
     """The config the op would look up for `dims`, with `overlay` on top: what
     the runtime returns once `overlay` is written to a tuned file."""
-    from ..runtime import get_config
-
-    return {**get_config(spec_name, **dims), **(overlay or {})}
+    return {**lookup_config(spec_name, **dims), **(overlay or {})}
 
 
 def planned_kernels(name: str, shape: dict, dtype, target, config: dict | None = None) -> list:
