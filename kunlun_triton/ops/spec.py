@@ -42,7 +42,9 @@ imports of ``kunlun_triton.ops``). Besides the tools' needs a spec declares:
   generation of a model meets (`tools.compilations` counts the compilations
   over them; None: the op is not on a decoder's per-token path);
 - ``graph_capture``: the op runs inside a captured decode graph (SGLang's
-  CUDA graphs): with checks off it never syncs with the host;
+  CUDA graphs): with checks off its doctor case never syncs with the host
+  (tests/sglang_plugin/test_sglang_decode_graph.py runs each so; decode
+  attention is captured through the backend's workspace, tested there too);
 - ``batch_invariant``: a row's result is bitwise the same alone and inside a
   batch (deterministic inference; tests/ops/test_batch_invariance.py);
 - ``sglang_forward``: the SGLang layer whose fused-op forward the op serves
