@@ -120,8 +120,9 @@ def as_rows(op: str, name: str, t: torch.Tensor, writable: bool = False) -> torc
     if t.dim() == 2 and (not writable or t.shape[0] <= 1 or t.stride(0) >= t.shape[1]):
         return t  # already rows
     width = t.shape[-1]
+    n_rows = math.prod(t.shape[:-1])  # explicit: view(-1, 0) is ambiguous for an empty last dim
     try:
-        rows = t.view(-1, width)
+        rows = t.view(n_rows, width)
     except RuntimeError:
         rows = None
     if rows is None and writable:
@@ -130,7 +131,7 @@ def as_rows(op: str, name: str, t: torch.Tensor, writable: bool = False) -> torc
             f"got shape {tuple(t.shape)} with strides {t.stride()}"
         )
     if rows is None:
-        return t.reshape(-1, width)
+        return t.reshape(n_rows, width)
     if writable and rows.shape[0] > 1 and rows.stride(0) < width:
         raise ValueError(f"{op}: {name} is written in place but its rows overlap (strides {t.stride()})")
     return rows
