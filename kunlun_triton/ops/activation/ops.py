@@ -12,6 +12,7 @@ from ...runtime import get_config, plan_cache, use_triton
 from ..row_tiles import TilePlan, row_tile_plan
 from ..validation import as_rows, checked_mode, require_choice, require_tensor
 from . import kernels, reference
+from ...runtime.config_keys import check_call_config
 
 SILU, GELU, GELU_TANH = 0, 1, 2
 GELU_APPROXIMATIONS = {"none": GELU, "tanh": GELU_TANH}
@@ -39,7 +40,7 @@ def _act_and_mul(op: str, x: torch.Tensor, activation: int, config: dict | None)
     n_rows = x_rows.shape[0]
     if n_rows == 0 or d == 0:
         return out
-    plan = _cached_plan(op, d, n_rows, activation) if config is None else _tile_plan(d, config, activation)
+    plan = _cached_plan(op, d, n_rows, activation) if config is None else _tile_plan(d, check_call_config(op, config), activation)
     grid = (-(-n_rows // plan.rows_per_program), -(-d // plan.block_cols))
     kernels.act_and_mul_kernel.run(x_rows, out, n_rows, x_rows.stride(0), d, *plan.constexprs, grid=grid, **plan.launch)
     return out

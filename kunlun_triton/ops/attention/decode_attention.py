@@ -57,6 +57,7 @@ from . import reference
 from .decode_splits import DecodeWorkspace, _plan, check_workspace, split_policy
 from .shared import AttentionPlan, check_formulation, check_kv_pool, cdiv, needs_int64, window_constexpr
 from .tiles import finish_rows, load_tile, online_softmax_update, scale_and_cap, scores
+from ...runtime.config_keys import check_call_config
 
 OP = "decode_attention"
 
@@ -370,7 +371,7 @@ def decode_attention(
 
     kv_heads, v_dim = k_buffer.shape[1], v_buffer.shape[2]
     shape_class = (q.dtype, head_dim, v_dim, group, formulation, logit_cap, window, needs_int64(k_buffer, v_buffer))
-    launch = _cached_launch_plan(*shape_class) if config is None else _launch_plan(config, *shape_class)
+    launch = _cached_launch_plan(*shape_class) if config is None else _launch_plan(check_call_config(OP, config), *shape_class)
     plan = launch.plan
     if workspace is None:
         total = kv_indices.shape[0]  # bounds the longest request: no split beyond it is ever used

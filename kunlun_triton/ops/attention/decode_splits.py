@@ -20,6 +20,7 @@ import torch
 from ...runtime import get_config, plan_cache
 from ..validation import require_number
 from .shared import AttentionPlan, attention_plan, cdiv
+from ...runtime.config_keys import check_call_config
 
 OP = "decode_attention"
 
@@ -33,7 +34,7 @@ def _cached_plan(dtype, head_dim, v_dim, group, formulation):
 def _plan(config, dtype, head_dim, v_dim, group, formulation) -> AttentionPlan:
     if config is None:
         return _cached_plan(dtype, head_dim, v_dim, group, formulation)
-    return attention_plan(OP, config, dtype, head_dim, v_dim, group, formulation)
+    return attention_plan(OP, check_call_config(OP, config), dtype, head_dim, v_dim, group, formulation)
 
 
 @dataclass(frozen=True)

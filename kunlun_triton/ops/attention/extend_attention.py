@@ -63,6 +63,7 @@ from .tiles import (
     value_poison,
     visibility,
 )
+from ...runtime.config_keys import check_call_config
 
 OP = "extend_attention"
 
@@ -425,7 +426,7 @@ def extend_attention(
     v_dim = v_buffer.shape[2]
     shape_class = (q_extend.dtype, head_dim, v_dim, group, formulation, logit_cap, window,
                    needs_int64(k_buffer, v_buffer, k_extend, v_extend), bool(unified_kv))  # fmt: skip
-    plan, constexprs = _cached_launch_plan(*shape_class) if config is None else _launch_plan(config, *shape_class)
+    plan, constexprs = _cached_launch_plan(*shape_class) if config is None else _launch_plan(check_call_config(OP, config), *shape_class)
     # unified: a request's new tokens may start mid-block, one block more
     row_blocks = cdiv(max_len_extend, plan.block_m) + (1 if unified_kv else 0)
     extend_kernel.run(

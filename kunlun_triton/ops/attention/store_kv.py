@@ -20,6 +20,7 @@ from ..loads import masked_load
 from ..validation import check_slots, checked_mode, require_same, require_same_device, require_tensor
 from . import reference
 from .shared import next_power_of_2
+from ...runtime.config_keys import check_call_config
 
 OP = "store_kv"
 
@@ -142,7 +143,7 @@ def store_kv(k, v, k_buffer, v_buffer, out_cache_loc, check: bool = True, *, con
         reference.store_kv(k, v, k_buffer, v_buffer, out_cache_loc)
         return
     k_dim, v_dim = k.shape[2], v.shape[2]
-    plan = _cached_plan(tokens, heads, k_dim, v_dim) if config is None else _copy_plan(heads, k_dim, v_dim, config)
+    plan = _cached_plan(tokens, heads, k_dim, v_dim) if config is None else _copy_plan(heads, k_dim, v_dim, check_call_config(OP, config))
     store_kv_kernel.run(
         k, v, k_buffer, v_buffer, out_cache_loc, tokens, k.stride(0), k.stride(1), v.stride(0), v.stride(1),
         k_buffer.stride(0), k_buffer.stride(1), v_buffer.stride(0), v_buffer.stride(1), *plan.constexprs,

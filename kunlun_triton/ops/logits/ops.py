@@ -14,6 +14,7 @@ from ...runtime import get_config, plan_cache, use_triton
 from ..row_tiles import TilePlan, row_tile_plan
 from ..validation import as_rows, checked_mode, require_number, require_tensor
 from . import kernels, reference
+from ...runtime.config_keys import check_call_config
 
 OP = "logit_softcap"
 
@@ -39,7 +40,7 @@ def logit_softcap(logits: torch.Tensor, cap: float, *, check: bool = True, confi
     if config is None:
         plan = _cached_plan(vocab, n_rows)
     else:
-        plan = row_tile_plan(kernels.logit_softcap_kernel, vocab, config)
+        plan = row_tile_plan(kernels.logit_softcap_kernel, vocab, check_call_config(OP, config))
     grid = (-(-n_rows // plan.rows_per_program), -(-vocab // plan.block_cols))
     kernels.logit_softcap_kernel.run(rows, n_rows, vocab, rows.stride(0), cap, *plan.constexprs, grid=grid,
                                      **plan.launch)  # fmt: skip

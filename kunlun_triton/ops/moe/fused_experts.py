@@ -52,6 +52,7 @@ from ..validation import (
 )
 from . import align, reference
 from .tiles import dot_block, gated_activation, load_or_zero, tile_matmul
+from ...runtime.config_keys import check_call_config
 
 OP = "fused_experts"
 ACTIVATIONS = ("silu", "gelu", "gelu_tanh")  # SGLang's names; "gelu" is exact (erf), as its Triton runner
@@ -397,7 +398,7 @@ def fused_experts(
                                                  apply_router_weight_on_input=apply_router_weight_on_input))  # fmt: skip
     args = (1 << (tokens - 1).bit_length(), experts, top_k, hidden, inter, hidden_states.dtype, activation,
             bool(apply_router_weight_on_input), formulation)  # fmt: skip
-    plan = _plan(*args) if config is None else _plan.uncached(*args, config)
+    plan = _plan(*args) if config is None else _plan.uncached(*args, check_call_config(OP, config))
     ids = topk_ids if topk_ids.is_contiguous() else topk_ids.contiguous()
     weights = topk_weights if topk_weights.is_contiguous() else topk_weights.contiguous()
     index, bound = align_slots(ids, experts, plan)

@@ -32,6 +32,7 @@ from ..validation import (
     require_tensor,
 )
 from . import reference
+from ...runtime.config_keys import check_call_config
 
 OP = "moe_topk"
 SCORINGS = ("softmax", "sigmoid")
@@ -219,7 +220,7 @@ def moe_topk(
     if type(top_k) is not int:  # 2.0 would share 2's cached plan
         top_k = require_number(OP, "top_k", top_k, minimum=1, integer=True)
     args = (experts, top_k, scoring, correction_bias is not None, num_expert_group, topk_group, scaled, bool(renormalize))
-    top_k, rows, _, constexprs, keywords = _plan(*args) if config is None else _plan.uncached(*args, config)
+    top_k, rows, _, constexprs, keywords = _plan(*args) if config is None else _plan.uncached(*args, check_call_config(OP, config))
     scaling = require_number(OP, "routed_scaling_factor", routed_scaling_factor, above=0.0) if scaled else 1.0
     weights = router_logits.new_empty(tokens, top_k, dtype=torch.float32)
     ids = router_logits.new_empty(tokens, top_k, dtype=torch.int32)

@@ -32,6 +32,7 @@ from ..validation import (
     require_tensor,
 )
 from . import kernels, reference
+from ...runtime.config_keys import check_call_config
 
 # One program holds whole rows in one tile; wider rows would need a looped
 # kernel, which no model in our presets needs (largest hidden size: 16384).
@@ -81,7 +82,7 @@ def _launch(op: str, x_rows, residual_rows, weight, out_rows, eps: float, config
     n_rows, width = x_rows.shape
     if n_rows == 0:
         return
-    plan = _cached_plan(op, width) if config is None else _row_plan(op, width, config)
+    plan = _cached_plan(op, width) if config is None else _row_plan(op, width, check_call_config(op, config))
     grid = (-(-n_rows // plan.rows_per_program),)
     kernel = _KERNELS[op]
     if residual_rows is None:

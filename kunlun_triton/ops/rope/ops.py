@@ -19,6 +19,7 @@ from ...runtime import INDEX_DTYPES, capabilities, get_config, launch_options, p
 from ..launch import constexpr_args, run_keywords
 from ..validation import checked_mode, power_of_two_at_most, require_number, require_same_device, require_tensor
 from . import kernels, reference
+from ...runtime.config_keys import check_call_config
 
 OP = "rotary_embedding"
 
@@ -156,7 +157,7 @@ def rotary_embedding(
     if config is None:
         plan = _cached_plan(head_size, n_tokens, num_q_heads, num_k_heads, rotary_dim, is_neox)
     else:
-        plan = _rope_plan(num_q_heads, num_k_heads, rotary_dim, is_neox, config)
+        plan = _rope_plan(num_q_heads, num_k_heads, rotary_dim, is_neox, check_call_config(OP, config))
     grid = (-(-n_tokens // plan.tokens_per_program), -(-(num_q_heads + num_k_heads) // plan.heads_per_program))
     kernels.rotary_embedding_kernel.run(
         positions, query, query if key is None else key, cos_sin_cache, n_tokens, q_token_stride, q_head_stride,

@@ -50,6 +50,7 @@ from ...runtime import capabilities, current_target, get_config, launch_options,
 from ..launch import constexpr_args, run_keywords
 from ..validation import checked_mode, require_tensor
 from . import kernels, pivot_kernels, reference, renorm_kernels
+from ...runtime.config_keys import check_call_config
 
 TOP_R = 4  # a block's largest values handed to stage 2 (S covers top-k <= ~70 at vocab 152k)
 PIVOTS = 4  # keys a pivot round evaluates per read of the row
@@ -93,6 +94,8 @@ def _per_row(op: str, name: str, value, batch: int, device, kind: str, check: bo
             raise TypeError(f"{op}: {name} must be an integer, got {value!r}")
         if kind == "float":
             return _constant_rows(float(value), batch, torch.float32, device)
+        if not -(2**63) <= value < 2**63:  # torch.full would raise a bare OverflowError
+            raise ValueError(f"{op}: {name} must fit in int64, got {value}")
         return _constant_rows(int(value), batch, torch.int64, device)
     if not isinstance(value, torch.Tensor):
         raise TypeError(f"{op}: {name} must be a number or a torch.Tensor, got {type(value).__name__}")
@@ -132,7 +135,7 @@ def _config(op: str, vocab: int, config: dict | None) -> dict:
     only (a row's blocks, hence its arithmetic, never depend on the batch),
     with defaults for keys no YAML names."""
     if config is not None:
-        return {"BLOCK_R": 1, "BLOCK_V": 2048, **config}
+        return {"BLOCK_R": 1, "BLOCK_V": 2048, **check_call_config(op, config)}
     return _looked_up_config(op, vocab)
 
 
