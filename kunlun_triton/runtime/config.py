@@ -150,6 +150,12 @@ def _error_in(path):
 
 @functools.lru_cache(maxsize=64)
 def _load_file(path: Path, mtime: float) -> dict:
+    return validate(read_yaml(path), path)
+
+
+def read_yaml(path: Path):
+    """A config file's parsed YAML; every failure a ConfigError naming the file."""
+    path = Path(path)
     try:
         text = path.read_bytes().decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -161,7 +167,7 @@ def _load_file(path: Path, mtime: float) -> dict:
     except RecursionError:  # PyYAML recurses per level: 50,000 nested lists
         raise ConfigError(path, "<yaml>", "nesting a few levels deep, as a config is (it nests past Python's "
                           "recursion limit)") from None
-    return validate(data, path)
+    return data
 
 
 
