@@ -66,3 +66,38 @@ def test_the_guard_is_in_the_install_table_as_a_plugin_hook():
 
     point = next(p for p in TOUCHPOINTS if p.name == "request guard")
     assert point.scope == "plugin" and "TokenizerManager._validate_one_request" in point.sglang
+
+
+def test_sampler_answers_top_logprobs_above_the_vocabulary_with_the_whole_vocabulary():
+    """Issue 25: top_logprobs_num > vocab reached torch.topk ("selected index
+    k out of range") through our sampler. An Engine caller is not behind the
+    HTTP guard: the sampler clamps to the vocabulary. Oracle: torch.topk of
+    log_softmax over the whole (small) vocabulary."""
+    import torch
+    from sglang.srt.layers.logprob_processor import OutputLogprobProcessor
+
+    from kunlun_triton.sglang_plugin.sampler import KunlunSampler
+
+    sampler = object.__new__(KunlunSampler)  # no TP group in this process: only what forward reads
+    sampler.use_ascend_backend, sampler.rl_on_policy_target = False, None
+    sampler._preprocess_logits = lambda logits, info: logits
+    sampler._sync_token_ids_across_tp = lambda ids, info: None
+    sampler.output_logprob_processor = OutputLogprobProcessor()
+    logits = torch.randn(2, 7)
+    out = SimpleNamespace(next_token_logits=logits)
+    info = SimpleNamespace(is_all_greedy=True, sampling_mask_batch_indices=None)
+    captured = {}
+    out_result = SimpleNamespace(write_output_to=lambda o: None)
+    real = sampler.output_logprob_processor.compute_logprobs
+
+    def compute(logprobs, nums, token_ids, ids):
+        captured["result"] = real(logprobs, nums, token_ids, ids)
+        return out_result
+
+    sampler.output_logprob_processor.compute_logprobs = compute
+    ids = sampler.forward(out, info, True, [100, 3], [None, None], torch.zeros(2, dtype=torch.int64))
+    assert torch.equal(ids, logits.argmax(-1))
+    want = torch.log_softmax(logits, -1).topk(7, dim=-1)
+    vals, idx = captured["result"].top_logprobs_val, captured["result"].top_logprobs_idx
+    assert len(vals[0]) == 7 and len(vals[1]) == 3
+    assert torch.allclose(torch.as_tensor(vals[0]), want.values[0]) and list(idx[0]) == want.indices[0].tolist()
