@@ -111,9 +111,21 @@ def main(argv=None) -> int:
         args.rest = argv[1:]
     else:
         args = parser.parse_args(argv)
-    if args.command in ("doctor", "bench", "tune"):
-        _enable_interpreter_on_cpu()
-    return args.run(args)
+    from .runtime.config import ConfigError
+    from .runtime.env import EnvError
+
+    try:
+        if args.command in ("doctor", "bench", "tune"):
+            _enable_interpreter_on_cpu()
+        return args.run(args)
+    except (OSError, EnvError, ConfigError) as exc:
+        # A file it cannot read or write (--output, --output-dir, --json, a
+        # checkpoint shard), a malformed variable or config file: one line
+        # naming it and exit 2, as for a bad flag, not a traceback.
+        where = f" {exc.filename}" if isinstance(exc, OSError) and exc.filename else ""
+        what = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        print(f"kunlun-triton {args.command}: error:{where}: {what}"[:2000], file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -76,7 +76,12 @@ class CollectiveTimeout(CollectiveError):
 def default_backend(target_name: str | None = None) -> str:
     forced = env_str("KUNLUN_TRITON_DIST_BACKEND")
     if forced:
-        return forced
+        # torch's own backends plus the ones a vendor build registers (bkcl):
+        # a typo fails here naming the variable, not in init_process_group.
+        known = sorted({b for b in dist.Backend.backend_list if b not in ("undefined", "fake")} | {"bkcl"})
+        if forced.lower() not in known:
+            raise EnvError("KUNLUN_TRITON_DIST_BACKEND", forced, "one of " + ", ".join(known))
+        return forced.lower()
     if target_name is None:
         from ..runtime import current_target
 
@@ -161,6 +166,7 @@ class TPCommunicator:
     def all_reduce(self, tensor: torch.Tensor, op: str = "sum") -> torch.Tensor:
         """Reduce ``tensor`` across the group in place; returns it."""
         if self.world_size == 1:
+            _reduce_op(op)  # the checks the group's ranks run, on one rank too
             return tensor
         self._agree("all_reduce", tensor, _op_code(op))
         reduce_op = _reduce_op(op)
@@ -176,6 +182,7 @@ class TPCommunicator:
     def all_gather(self, tensor: torch.Tensor, dim: int = 0) -> torch.Tensor:
         """Every rank's ``tensor`` concatenated along ``dim``, in rank order."""
         if self.world_size == 1:
+            _check_dim("all_gather", tensor, dim)
             return tensor.clone()
         self._agree("all_gather", tensor, _dim_code(tensor, dim))
         src = tensor.movedim(dim, 0).contiguous()
@@ -190,6 +197,9 @@ class TPCommunicator:
         if self.world_size > 1:
             # first: a rank whose shape differs must not fail alone below
             self._agree("reduce_scatter", tensor, _dim_code(tensor, dim) * 8 + _op_code(op))
+        else:
+            _reduce_op(op)
+            _check_dim("reduce_scatter", tensor, dim)
         size = tensor.shape[dim]
         if size % self.world_size:
             raise ValueError(f"reduce_scatter: dim {dim} of size {size} does not split over {self.world_size} ranks")
@@ -208,6 +218,8 @@ class TPCommunicator:
     def broadcast(self, tensor: torch.Tensor, src: int = 0) -> torch.Tensor:
         """``tensor`` of group rank ``src`` on every rank, in place."""
         if self.world_size == 1:
+            if not (isinstance(src, int) and src == 0):
+                raise ValueError(f"broadcast: src {src} is not a rank of group '{self.name}' (0..0)")
             return tensor
         self._agree("broadcast", tensor, src)
         if not 0 <= src < self.world_size:
@@ -324,6 +336,12 @@ def _dim_code(tensor, dim) -> int:
     """``dim`` counted from 0 (-1 and ndim-1 agree); out of range: as given."""
     n = tensor.dim()
     return dim % n if isinstance(dim, int) and n and -n <= dim < n else (dim if isinstance(dim, int) else -99)
+
+
+def _check_dim(collective: str, tensor, dim) -> None:
+    n = tensor.dim()
+    if isinstance(dim, bool) or not isinstance(dim, int) or not -max(n, 1) <= dim < max(n, 1):
+        raise ValueError(f"{collective}: dim {dim!r} is out of range for a {n}-D tensor")
 
 
 def _describe(collective: str, tensor, extra: int) -> list[int]:

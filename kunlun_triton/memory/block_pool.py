@@ -125,11 +125,17 @@ class BlockPool:
         self.page_size = page_size
         self.device = torch.device(device)
         self.checked = checked_default() if checked is None else bool(checked)
-        # Twice the pages plus a zero half: an id just past the end lands
-        # there (count 0 = not allocated, caught by the count check); ids
-        # beyond it and negative ids make the first index_select raise.
-        self._refcount = torch.zeros(2 * (self.num_pages + 1), dtype=torch.int32, device=self.device)
-        self._stamp = torch.zeros(2 * (self.num_pages + 1), dtype=torch.int64, device=self.device)
+        # On a device, twice the pages plus a zero half: an id just past the
+        # end lands there (count 0 = not allocated, caught by the checked
+        # count test) instead of a device-side assert that ends the process.
+        # On the CPU index_select raises for every id outside the table, so
+        # the table is exactly pages 0..num_pages: ids outside the pool are
+        # refused in both modes (with the zero half, an unchecked share/free
+        # of page 12 in an 8-page pool went through and later handed page 12
+        # out; issue 25).
+        table = self.num_pages + 1 if self.device.type == "cpu" else 2 * (self.num_pages + 1)
+        self._refcount = torch.zeros(table, dtype=torch.int32, device=self.device)
+        self._stamp = torch.zeros(table, dtype=torch.int64, device=self.device)
         self._free = torch.empty(self.num_pages, dtype=torch.int64, device=self.device)
         self._arange = torch.arange(max(self.num_pages, 1) + 1, dtype=torch.int64, device=self.device)
         self._page_offsets = torch.arange(self.page_size, dtype=torch.int64, device=self.device)

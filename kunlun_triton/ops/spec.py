@@ -195,9 +195,13 @@ def lookup_config(op: str, target=None, **dims) -> dict:
 
 def explicit_config(op: str, config: dict, **dims) -> dict:
     """An explicit ``config=`` as a launcher runs it: over ``default.yaml``'s
-    answer at `dims` (`runtime.config.with_defaults`), the one home of defaults."""
+    answer at `dims` (`runtime.config.with_defaults`), the one home of defaults.
+    A `config` that is not a dict of keys the op takes, with values its
+    kernels accept, raises naming the op and key (`check_call_config`)."""
     from ..runtime.config import with_defaults
+    from ..runtime.config_keys import check_call_config
 
+    check_call_config(op, config, CONFIG_RULES.get(op))
     return with_defaults(op, config, rules=CONFIG_RULES, **dims)
 
 

@@ -120,8 +120,9 @@ def as_rows(op: str, name: str, t: torch.Tensor, writable: bool = False) -> torc
     if t.dim() == 2 and (not writable or t.shape[0] <= 1 or t.stride(0) >= t.shape[1]):
         return t  # already rows
     width = t.shape[-1]
+    n_rows = math.prod(t.shape[:-1])  # explicit: view(-1, 0) is ambiguous for an empty last dim
     try:
-        rows = t.view(-1, width)
+        rows = t.view(n_rows, width)
     except RuntimeError:
         rows = None
     if rows is None and writable:
@@ -130,7 +131,7 @@ def as_rows(op: str, name: str, t: torch.Tensor, writable: bool = False) -> torc
             f"got shape {tuple(t.shape)} with strides {t.stride()}"
         )
     if rows is None:
-        return t.reshape(-1, width)
+        return t.reshape(n_rows, width)
     if writable and rows.shape[0] > 1 and rows.stride(0) < width:
         raise ValueError(f"{op}: {name} is written in place but its rows overlap (strides {t.stride()})")
     return rows
@@ -168,3 +169,40 @@ def check_slots(op: str, name: str, slots: torch.Tensor, num_slots: int, used: i
 
 def power_of_two_at_most(n: int) -> int:
     return 1 << (max(1, int(n)).bit_length() - 1)
+
+
+def rows_overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether `a` and `b` share an element, for tensors whose rows (dim 0)
+    are each one contiguous block (1-D: one element a row) with one row
+    stride: a fused qkv buffer's q and k views interleave without sharing,
+    a view of q itself or a key cut across the query's rows does share.
+    Other layouts are compared by start only (identical views)."""
+    if a.numel() == 0 or b.numel() == 0 or a.is_meta or b.is_meta:  # meta tensors (planning) hold no memory
+        return False
+    if a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr():
+        return False
+    if a.data_ptr() == b.data_ptr():
+        return True
+    if a.dim() == 0 or b.dim() == 0 or (a.dim() > 1 and not a[0].is_contiguous()) or \
+            (b.dim() > 1 and not b[0].is_contiguous()):  # fmt: skip
+        return False
+    stride = a.stride(0) * a.element_size()
+    if stride != b.stride(0) * b.element_size() and not (a.shape[0] == 1 or b.shape[0] == 1):
+        return False
+    wa, wb = a[0].numel() * a.element_size(), b[0].numel() * b.element_size()
+    na, nb, d = a.shape[0], b.shape[0], b.data_ptr() - a.data_ptr()
+    if na == 1 or nb == 1 or stride == 0:  # compare each row of the other against the single one
+        rows_a = [a.data_ptr() + i * a.stride(0) * a.element_size() for i in range(na if nb == 1 else 1)]
+        rows_b = [b.data_ptr() + j * b.stride(0) * b.element_size() for j in range(nb if na == 1 else 1)]
+        return any(ra < rb + wb and rb < ra + wa for ra in rows_a for rb in rows_b)
+    # rows i of a and j of b meet iff -wb < d + (j - i) * stride < wa for some j - i in [1 - na, nb - 1]
+    lo, hi = (-wb - d) // stride + 1, -((d - wa) // stride) - 1
+    return max(lo, 1 - na) <= min(hi, nb - 1)
+
+
+def require_disjoint(op: str, written: str, w: torch.Tensor, others: dict) -> None:
+    """ValueError naming both when `w` (written by `op`) shares memory with any of `others`."""
+    for name, t in others.items():
+        if t is not None and rows_overlap(w, t):
+            raise ValueError(f"{op}: {written} and {name} share memory; {written} is written in place "
+                             f"(they must be separate tensors, or views that do not overlap)")  # fmt: skip

@@ -36,6 +36,7 @@ that sets only some keys is laid over the shipped ``default.yaml``'s answer
 from __future__ import annotations
 
 import functools
+import reprlib
 from pathlib import Path
 
 from .config_keys import check_op_config, warn_once
@@ -46,11 +47,17 @@ SCALARS = (bool, int, float, str)
 _PACKAGE_DIR = Path(__file__).resolve().parents[1]
 
 
+_BOUNDED = reprlib.Repr()
+_BOUNDED.maxlevel, _BOUNDED.maxstring, _BOUNDED.maxother = 3, 120, 120
+
+
 class ConfigError(ValueError):
     """A malformed autotune config file: names the file, the key, and what was expected."""
 
     def __init__(self, path, key: str, expected: str, got=None):
-        got_part = "" if got is None else f", got {got!r}"
+        # reprlib: bounded in depth, items and length. A whole value formatted
+        # with repr took ~50 s and then MemoryError on a YAML alias bomb.
+        got_part = "" if got is None else f", got {_BOUNDED.repr(got)}"
         super().__init__(f"{path}: {key}: expected {expected}{got_part}")
 
 
@@ -70,8 +77,15 @@ def config_dirs() -> list[Path]:
 
 @functools.lru_cache(maxsize=8)
 def _config_dirs(user_dir: str | None) -> tuple[Path, ...]:
-    if user_dir and not Path(user_dir).is_dir():
-        warn_once(f"KUNLUN_TRITON_CONFIG_DIR={user_dir!r} is not a directory; only the shipped configs are used")
+    if user_dir:
+        try:
+            usable = Path(user_dir).is_dir()
+            problem = "is not a directory"
+        except (OSError, ValueError) as exc:  # a name too long, a NUL byte: refused by the OS
+            usable, problem = False, f"cannot be used ({type(exc).__name__}: {exc.strerror or exc}"[:200] + ")"
+        if not usable:
+            warn_once(f"KUNLUN_TRITON_CONFIG_DIR={_BOUNDED.repr(user_dir)} {problem}; only the shipped configs are used")
+            user_dir = None
     return ((Path(user_dir),) if user_dir else ()) + (shipped_config_dir(),)
 
 
@@ -152,14 +166,26 @@ def _error_in(path):
 
 @functools.lru_cache(maxsize=64)
 def _load_file(path: Path, mtime: float) -> dict:
+    return validate(read_yaml(path), path)
+
+
+def read_yaml(path: Path):
+    """A config file's parsed YAML; every failure a ConfigError naming the file."""
     import yaml  # here, not at import: importing the package reads no file
 
-    with open(path) as f:
-        try:
-            data = yaml.safe_load(f)
-        except yaml.YAMLError as exc:
-            raise ConfigError(path, "<yaml>", "valid YAML", str(exc)) from exc
-    return validate(data, path)
+    path = Path(path)
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(path, "<file>", f"UTF-8 text (byte {exc.start} is not)") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(path, "<yaml>", "valid YAML", str(exc).replace("<unicode string>", str(path))) from None
+    except RecursionError:  # PyYAML recurses per level: 50,000 nested lists
+        raise ConfigError(path, "<yaml>", "nesting a few levels deep, as a config is (it nests past Python's "
+                          "recursion limit)") from None
+    return data
 
 
 _keys_checked: set = set()  # (path, mtime) of the files checked against the ops' key rules

@@ -43,8 +43,16 @@ def _int_at_least(low: int) -> Callable[[object], bool]:
     return lambda value: _is_int(value) and value >= low
 
 
+# Largest tile extent a key may ask for. Triton refuses any block over
+# 2**20 elements (TRITON_MAX_TENSOR_NUMEL), and every tile key here is
+# multiplied by another extent of at least 16 (head dim, columns, vocab
+# block): 2**16 keeps the listed failures (decode BLOCK_N 2**20, greedy
+# BLOCK_V 2**28) out of Triton, where they failed without naming the key.
+MAX_TILE = 2**16
+
 # A tl.arange / block extent: Triton needs a power of two.
-TILE = ConfigKey("a power of two >= 1 (an integer)", _power_of_two)
+TILE = ConfigKey(f"a power of two from 1 to {MAX_TILE} (an integer)",
+                 lambda value: _power_of_two(value) and value <= MAX_TILE)
 # A count or limit (programs, splits, tokens): any integer >= 1.
 COUNT = ConfigKey("an integer >= 1", _int_at_least(1))
 NON_NEGATIVE = ConfigKey("an integer >= 0", _int_at_least(0))
@@ -82,3 +90,32 @@ def check_op_config(path, op: str, where: str, config: dict, known, from_error) 
             warn_once(f"{path}: {where}.{key}: {op} takes no such key; ignored (it takes {', '.join(sorted(keys))})")
         elif not rule.accepts(value):
             raise from_error(f"{where}.{key}", rule.expected, value)
+
+
+def check_call_config(op: str, config, keys: dict | None = None) -> dict | None:
+    """A per-call ``config=`` of `op`, checked like a file's entry: TypeError
+    when it is not a mapping, ValueError naming the op and key for a value
+    the kernels cannot take (an unknown key is warned about once). None
+    passes through (look the config up). `keys`: the op's rules
+    (``{key: ConfigKey}``, launch options included; None checks no values)."""
+    if config is None:
+        return None
+    if not isinstance(config, dict):
+        raise TypeError(f"{op}: config must be a dict of launch keys (e.g. {{'num_warps': 4}}), "
+                        f"got {type(config).__name__}")
+    bad = next((k for k in config if not isinstance(k, str)), None)
+    if bad is not None:
+        raise TypeError(f"{op}: config keys must be strings, got {bad!r}")
+
+    def error(key, expected, got):
+        text = repr(got)
+        return ValueError(f"{op}: config[{key!r}] must be {expected}, got {text if len(text) <= 60 else text[:57] + '...'}")
+
+    if keys is not None:
+        for key, value in config.items():
+            rule = keys.get(key)
+            if rule is None:
+                warn_once(f"{op}: config key {key!r} is not one it takes; ignored (it takes {', '.join(sorted(keys))})")
+            elif not rule.accepts(value):
+                raise error(key, rule.expected, value)
+    return config

@@ -18,7 +18,11 @@ def _configure() -> None:
     handler.setFormatter(logging.Formatter("[kunlun_triton %(levelname)s] %(message)s"))
     logger.addHandler(handler)
     logger.propagate = False
-    logger.setLevel(logging.DEBUG if debug_enabled() else logging.INFO)
+    try:
+        debug = debug_enabled()
+    except ValueError:  # KUNLUN_TRITON_DEBUG=maybe: said by whoever reads it next (the tools: one line, exit 2)
+        debug = False
+    logger.setLevel(logging.DEBUG if debug else logging.INFO)
 
 
 _configure()

@@ -113,6 +113,13 @@ def _hook_request_seeds() -> None:
     _hook(SEED_HOOK, fill_request_seeds, "AFTER")
 
 
+def _hook_request_guard() -> None:
+    from .request_guard import NORMALIZE_HOOK, VALIDATE_HOOK, guard_normalize, guard_validate
+
+    _hook(NORMALIZE_HOOK, guard_normalize, "BEFORE")
+    _hook(VALIDATE_HOOK, guard_validate, "BEFORE")
+
+
 def _hook_internal_state() -> None:
     from .report import add_report_to_internal_state
 
@@ -178,6 +185,12 @@ TOUCHPOINTS = (
     Touchpoint("final-logit soft-capping", "hook", f"{SOFTCAP_HOOK} (AROUND)",
                "the logits processor's final_logit_softcapping (Gemma-2) -> logit_softcap", "platform",
                _hook_logit_softcap),
+    Touchpoint("request guard", "hook",
+               "io_struct.GenerateReqInput.normalize_batch_and_arguments, "
+               "TokenizerManager._validate_one_request (BEFORE)",
+               "HTTP 400 naming the field for requests that would kill the scheduler (top_k >= 2**31, n < 1, "
+               "token ids outside the vocabulary, logprob counts < 0 or above it); kunlun platform only",
+               "plugin", _hook_request_guard),
     Touchpoint("request seeds", "hook", f"{SEED_HOOK} (AFTER)",
                "a per-request sampling seed for the kunlun_triton sampler", "plugin", _hook_request_seeds),
     Touchpoint("dispatch report (server)", "hook", f"{INTERNAL_STATE_HOOK} (AFTER)",

@@ -96,6 +96,10 @@ class KunlunSampler(Sampler):
             )
             logprobs = torch.log_softmax(logits / temperatures.view(-1, 1), dim=-1) if return_logprob else None
         if return_logprob:
+            # At most the whole vocabulary: torch.topk refuses k > vocab (the
+            # request guard refuses such requests; an Engine caller may not).
+            vocab = logits.shape[-1]
+            top_logprobs_nums = [min(int(k), vocab) for k in top_logprobs_nums] if top_logprobs_nums else top_logprobs_nums
             result = self.output_logprob_processor.compute_logprobs(
                 logprobs, top_logprobs_nums, token_ids_logprobs, ids
             )

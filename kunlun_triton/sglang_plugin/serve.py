@@ -147,11 +147,27 @@ def _print_report_when_up(server_args, poll_s: float = 5.0, give_up_s: float = 3
         time.sleep(poll_s)
 
 
+def _missing_local_model(argv) -> str | None:
+    """The --model-path that names a local path (absolute, ./, ../, ~) which
+    does not exist; SGLang would take it for a hub repo id and fail with a
+    "Repo id must be in the form" traceback."""
+    for i, arg in enumerate(argv):
+        value = argv[i + 1] if arg == "--model-path" and i + 1 < len(argv) else \
+            arg.partition("=")[2] if arg.startswith("--model-path=") else None  # fmt: skip
+        if value and value.startswith(("/", "./", "../", "~")) and not os.path.exists(os.path.expanduser(value)):
+            return value
+    return None
+
+
 def serve_main(argv=None) -> int:
     """Run ``sglang.launch_server`` with ``argv`` on the kunlun platform."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if any(a in ("-h", "--help") for a in argv):
         print(__doc__)
+    missing = _missing_local_model(argv)
+    if missing:
+        print(f"kunlun-triton serve: error: --model-path {missing}: no such file or directory", file=sys.stderr)
+        return 2
     os.environ.setdefault("SGLANG_PLATFORM", "kunlun")
     from . import activate, check_sglang_version
 

@@ -82,3 +82,38 @@ def environment_problem() -> str | None:
         return (f"KUNLUN_TRITON_BACKEND=triton, but target {target.name} has no Triton path ({target.reason}); "
                 "unset one of them")
     return None
+
+
+def output_dir_problem(flag: str, path) -> str | None:
+    """Why `path` cannot be the directory a command writes into (it is a
+    file, or neither it nor its first existing parent is writable), or
+    None; checked before the command runs, not after minutes of work."""
+    return _writable_problem(flag, path, directory=True)
+
+
+def output_file_problem(flag: str, path) -> str | None:
+    """Same for a file the command writes (`inspect --json`)."""
+    return _writable_problem(flag, path, directory=False)
+
+
+def _writable_problem(flag: str, path, directory: bool) -> str | None:
+    import os
+    from pathlib import Path
+
+    if not path:
+        return None
+    p = Path(path)
+    try:
+        if directory and p.exists() and not p.is_dir():
+            return f"{flag} {path}: exists and is not a directory"
+        if not directory and p.is_dir():
+            return f"{flag} {path}: is a directory"
+        start = p if directory else p.parent
+        existing = next((q for q in (start, *start.parents) if q.exists()), None)
+        if existing is None or not existing.is_dir():
+            return f"{flag} {path}: {existing} is not a directory"
+        if not os.access(existing, os.W_OK | os.X_OK) or (p.exists() and not os.access(p, os.W_OK)):
+            return f"{flag} {path}: not writable"
+    except OSError as exc:  # a name too long, a path through a file
+        return f"{flag} {path}: {exc.strerror or exc}"
+    return None

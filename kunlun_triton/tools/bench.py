@@ -14,7 +14,7 @@ import sys
 import traceback
 
 from . import allocator_bench
-from .arguments import USAGE_ERROR, environment_problem, ignored_flags
+from .arguments import USAGE_ERROR, environment_problem, ignored_flags, output_dir_problem
 from .checks import BenchCase, bench_cases, select_specs, unused_keys_message, unused_shape_keys
 from .presets import MODEL_PRESETS, PRESET_FIELDS, peak_bandwidth_gbps, presets_for
 from .report import ProgressBar, text_table, write_outputs
@@ -190,7 +190,7 @@ def _usage_problem(args) -> str | None:
     else:
         problem = None if getattr(args, "output", None) else ignored_flags(
             args, "bench without --output (no plot)", {"--metric": "metric"})
-    return problem or environment_problem()
+    return problem or output_dir_problem("--output", getattr(args, "output", None)) or environment_problem()
 
 
 def main_from_args(args) -> int:

@@ -140,7 +140,11 @@ def _weight_files(src: Path) -> tuple[list[str], dict | None]:
         if missing:
             raise ConvertError(f"{index_path} lists shards that are not there: {', '.join(missing)}")
         return files, index
-    files = sorted(p.name for p in src.glob("*.safetensors") if p.is_file())
+    shards = sorted(src.glob("*.safetensors"))
+    unreadable = [p.name for p in shards if not p.is_file()]  # a dangling symlink, a directory
+    if unreadable:  # a missing weight must fail the conversion, not become a "not copied" line
+        raise ConvertError(f"shards that are not readable files (a dangling symlink?): {', '.join(unreadable)} in {src}")
+    files = [p.name for p in shards]
     if not files:
         raise ConvertError(f"no *.safetensors files (and no {INDEX_NAME}) in {src}")
     return files, None

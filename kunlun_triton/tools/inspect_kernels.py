@@ -37,11 +37,33 @@ BATCH_KEYS = ("batch", "rows", "tokens")  # what --batch sets, first present
 CONTEXT_KEYS = ("context_len", "prefix_len")  # what --context sets
 
 
+MAX_SIZE = 2**24  # any --batch / --context / --shape size: past every model, and small enough to plan
+
+
 def parse_target(text: str) -> Target:
-    name, _, arch = text.partition(":")
-    if name not in TARGETS:
+    """``name`` or ``name:arch``, where arch is the one inspect compiles for
+    (machine code is built for sm_90 or gfx942 whatever the arch: another
+    arch would print those numbers under its name)."""
+    name, colon, arch = text.partition(":")
+    if name not in TARGETS or (colon and arch != TARGETS[name]):
         raise ValueError(f"--target {text!r}: expected one of {', '.join(f'{n}:{a}' for n, a in TARGETS.items())}")
-    return Target(name, arch or TARGETS[name], "meta", "kunlun-triton inspect")
+    return Target(name, TARGETS[name], "meta", "kunlun-triton inspect")
+
+
+def check_shape(name: str, base: dict, shape: dict, overrides: dict) -> None:
+    """--shape keys the op's shape has, sizes that are integers in range, and
+    heads that group (q_heads a multiple of kv_heads): what bench refuses too."""
+    for key, value in shape.items():
+        if isinstance(base.get(key), bool) or not isinstance(base.get(key), int):
+            continue  # a word (formulation), a list of lengths: the op checks those
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"--shape {key}={value!r}: expected an integer")
+        least = 0 if key in CONTEXT_KEYS else 1
+        if not least <= value <= MAX_SIZE:
+            raise ValueError(f"--shape {key}={value}: expected an integer from {least} to {MAX_SIZE}")
+    q, kv = shape.get("q_heads"), shape.get("kv_heads")
+    if isinstance(q, int) and isinstance(kv, int) and q % kv:
+        raise ValueError(f"--shape q_heads={q}, kv_heads={kv}: q_heads must be a multiple of kv_heads")
 
 
 def resolve_preset(name: str):
@@ -55,7 +77,8 @@ def resolve_preset(name: str):
 def op_shape(spec, preset, batch=None, context=None, overrides=None) -> dict:
     """The op's first bench shape for `preset`, with --batch, --context and
     --shape applied (--batch sets batch, else rows, else tokens)."""
-    shape = dict(spec.bench_shapes(preset, False)[0])
+    base = spec.bench_shapes(preset, False)[0]
+    shape = dict(base)
     for key in BATCH_KEYS:
         if batch is not None and key in shape:
             shape[key] = batch
@@ -64,8 +87,10 @@ def op_shape(spec, preset, batch=None, context=None, overrides=None) -> dict:
         if context is not None and key in shape:
             shape[key] = context
             break
-    for key, values in (overrides or {}).items():
+    overrides = {k: v for k, v in (overrides or {}).items() if k in base}  # keys of other ops listed
+    for key, values in overrides.items():
         shape[key] = values[0]
+    check_shape(spec.name, base, shape, overrides)
     return shape
 
 
@@ -126,6 +151,11 @@ def inspect_ops(names, target: Target, preset, dtype, batch=None, context=None, 
     unplanned = [n for n in names if specs[n].kernels is None]
     if unplanned:
         raise ValueError(f"{', '.join(unplanned)}: the spec does not plan its kernels (OpSpec.kernels)")
+    known = {k for n in names for k in specs[n].bench_shapes(preset, False)[0]}
+    unknown = sorted(set(overrides or {}) - known)
+    if unknown:  # as bench: a key no listed op has is a typo, not a no-op
+        raise ValueError(f"--shape {unknown[0]}: no such key in the shape of {', '.join(names)} "
+                         f"(keys: {', '.join(sorted(known))})")
     sglang = _baselines("inspect_baselines") if "sglang" in compare else {}
     if "sglang" in compare and not sglang:
         raise ValueError("--compare sglang needs SGLang installed (run in the sglang environment)")
@@ -243,12 +273,18 @@ def main(argv) -> int:
     parser.add_argument("--no-compile", action="store_true", help="skip the kernels' machine code (extras only)")
     parser.add_argument("--json", metavar="FILE", help="write the report as JSON")
     args = parser.parse_args(argv)
+    from .arguments import output_file_problem
+
+    problem = output_file_problem("--json", args.json)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
     try:
         target = parse_target(args.target)
         preset = resolve_preset(args.preset)
         for value, flag, least in ((args.batch, "--batch", 1), (args.context, "--context", 0)):
-            if value is not None and value < least:
-                raise ValueError(f"{flag} must be >= {least}, got {value}")
+            if value is not None and not least <= value <= MAX_SIZE:
+                raise ValueError(f"{flag} must be >= {least} and <= {MAX_SIZE}, got {value}")
         report = inspect_ops(args.ops, target, preset, DTYPES[args.dtype], args.batch, args.context,
                              parse_shapes(args.shape), args.compare, args.traffic, args.compilations,
                              args.launcher_us, not args.no_compile)  # fmt: skip
@@ -257,6 +293,10 @@ def main(argv) -> int:
         return 2
     print(format_report(report))
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(report, f, indent=1, default=str)
+        try:
+            with open(args.json, "w") as f:
+                json.dump(report, f, indent=1, default=str)
+        except OSError as exc:
+            print(f"error: --json {args.json}: {exc.strerror or exc}", file=sys.stderr)
+            return 2
     return 1 if any("error" in r for r in report["kernels"]) else 0

@@ -33,7 +33,9 @@ from pathlib import Path
 import yaml
 
 from ..runtime import clear_config_cache
-from .arguments import USAGE_ERROR, environment_problem, ignored_flags, non_negative_int, positive_int
+from ..runtime.config import read_yaml
+from .arguments import (USAGE_ERROR, environment_problem, ignored_flags, non_negative_int, output_dir_problem,
+                        positive_int)
 from .checks import TuneTask, tune_tasks, unused_keys_message, unused_shape_keys
 from .presets import DEFAULT_PRESET, MODEL_PRESETS, PRESET_FIELDS, parse_shapes, presets_for
 from .report import ProgressBar
@@ -156,7 +158,7 @@ def merged_document(path: Path, entries: dict, target, meta_note: str) -> dict:
 
     data = {"version": 1, "target": target.name, "arch": target.arch, "notes": meta_note, "ops": {}}
     if path.exists():
-        existing = yaml.safe_load(path.read_text()) or {}
+        existing = read_yaml(path) or {}  # a ConfigError naming the file, not "<unicode string>"
         validate(existing, path, CONFIG_RULES)
         data = {**existing, "version": 1}
         data.setdefault("ops", {})
@@ -203,6 +205,8 @@ def tune(args) -> dict:
     path = config_file(Path(args.output_dir) if args.output_dir else shipped_config_dir(), target)
     if path.exists() and not args.force and not args.dry_run:
         raise TuneError(f"{path} exists; pass --force to merge the tuned ops into it (other ops are kept)")
+    if path.exists():
+        read_yaml(path)  # a corrupt file to merge into fails now, not after the search
     tasks = collect_tasks(args.op, args.preset, args)
     quick = getattr(args, "quick", False)
     warmup = (1 if quick else 2) if getattr(args, "warmup", None) is None else args.warmup
@@ -237,6 +241,7 @@ def main(argv=None) -> int:
     or environment (one line, nothing run)."""
     args = build_parser().parse_args(argv)
     problem = args.dry_run and ignored_flags(args, "--dry-run (it writes nothing)", {"--force": "force"})
+    problem = problem or (not args.dry_run and output_dir_problem("--output-dir", args.output_dir))
     problem = problem or environment_problem()
     if problem:
         print(f"error: {problem}", file=sys.stderr)

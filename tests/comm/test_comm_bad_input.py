@@ -245,3 +245,34 @@ def test_ranks_that_disagree_raise_on_every_rank(gloo_pair, calls):
         assert "do not match" in text and "nothing was sent" in text and unchanged, text
         for name, shape, dtype, _ in calls:  # both ranks' calls are named
             assert f"{name}({str(dtype).replace('torch.', '')}{list(shape)}" in text, text
+
+
+# ------------------------------------------------------------ issue 25: one rank checks what two ranks check
+
+
+def test_one_rank_refuses_what_two_ranks_refuse(monkeypatch):
+    """At world size 1 all_reduce(op="bogus"), all_gather(dim=5) on a 1-D
+    tensor and broadcast(src=3) returned silently; at 2 ranks they raise."""
+    _fake_group(monkeypatch, world=1)
+    comm = TPCommunicator(None, backend="gloo")
+    t = torch.arange(4.0)
+    for call, words in ((lambda: comm.all_reduce(t, op="bogus"), "bogus"),
+                        (lambda: comm.all_reduce(t, op="avg"), "avg"),
+                        (lambda: comm.all_gather(t, dim=5), "all_gather: dim 5"),
+                        (lambda: comm.reduce_scatter(t, dim=3), "reduce_scatter: dim 3"),
+                        (lambda: comm.reduce_scatter(t, op="bogus"), "bogus"),
+                        (lambda: comm.broadcast(t, src=3), "broadcast: src 3")):  # fmt: skip
+        with pytest.raises(ValueError, match=words):
+            call()
+        assert torch.equal(t, torch.arange(4.0))
+    assert comm.all_reduce(t) is t and torch.equal(comm.all_gather(t, dim=-1), t)  # good calls still answer
+
+
+def test_an_unknown_backend_variable_is_named(monkeypatch):
+    from kunlun_triton.comm.communicator import default_backend
+
+    monkeypatch.setenv("KUNLUN_TRITON_DIST_BACKEND", "bogus")
+    with pytest.raises(EnvError, match="KUNLUN_TRITON_DIST_BACKEND"):
+        default_backend("cuda")
+    monkeypatch.setenv("KUNLUN_TRITON_DIST_BACKEND", "BKCL")
+    assert default_backend("kunlun") == "bkcl"

@@ -317,3 +317,27 @@ def test_a_bad_free_in_a_group_loses_no_pages(case):
     assert alloc.available_size() // ps + held == num_pages
     alloc.pool.check_consistency()
     assert alloc.free_group is None  # the group is closed either way
+
+
+@pytest.mark.parametrize("checked", [True, False])
+@pytest.mark.parametrize("page", [NUM_PAGES + 1, NUM_PAGES + 4, 2 * NUM_PAGES + 1, -1])
+def test_ids_outside_the_pool_are_refused_in_both_modes(checked, page):
+    """Issue 25: unchecked, share/free of page 12 in an 8-page pool went
+    through (the refcount table's upper half), left available_size() above
+    the pool and later handed page 12 out. Both modes refuse it on the CPU
+    and change nothing; the pool still hands out only pages 1..8."""
+    ps = 4
+    alloc = PagedKVAllocator(NUM_PAGES * ps, ps, torch.float16, "cpu", None, False)
+    alloc.pool.checked = checked
+    held = alloc.alloc(2 * ps)
+    before = _snapshot(alloc)
+    slots = torch.arange(page * ps, page * ps + ps, dtype=torch.int64)
+    for call in (lambda: alloc.free(slots), lambda: alloc.pool.share(torch.tensor([page])),
+                 lambda: alloc.pool.release(torch.tensor([page])), lambda: alloc.pool.release(torch.tensor([page]), counted=True)):  # fmt: skip
+        with pytest.raises(PoolError, match="outside the pool"):
+            call()
+        _unchanged(alloc, before)
+    rest = alloc.alloc((NUM_PAGES - 2) * ps)
+    assert rest is not None and alloc.alloc(ps) is None and alloc.available_size() == 0
+    pages = torch.cat([held, rest]) // ps
+    assert sorted(pages.unique().tolist()) == list(range(1, NUM_PAGES + 1))

@@ -104,3 +104,28 @@ def test_shipped_configs_of_every_target(target):
         config = get_config("logit_softcap", target=target, vocab_size=vocab, rows=rows)
         logit_softcap(x, 30.0, config=config)
         assert_close(x, expected, msg=f"{rows}x{vocab}")
+
+
+CAPS = [1e-3, 0.5, 30.0, 1e5, 1e8, 1e20, 1e30, 1e38]
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+@pytest.mark.parametrize("cap", CAPS, ids=lambda c: f"cap{c:g}")
+def test_any_finite_cap_is_within_tolerance(cap, dtype):
+    """The issue-25 fuzz: (1 - e) / (1 + e) with e = exp(-2|x / cap|) lost every
+    digit for tiny x / cap (-11.26 came back -14.90 at 1e8, 0 at 1e30). Logits
+    from a few units to 1e4, straddling the series / exp branch switch."""
+    gen = torch.Generator().manual_seed(7)
+    x = (torch.randn(4, 333, generator=gen) * torch.logspace(-3, 4, 333)).to(dtype).to(DEVICE)
+    x[0, :3] = torch.tensor([-11.26, 0.0, cap * 0.125 if cap * 0.125 < 1e4 else 1.0])
+    expected = oracle(x, cap)
+    logit_softcap(x, cap)
+    assert_close(x, expected)
+    if cap >= 1e20:  # x / cap < 1e-16: cap * tanh(x / cap) is x to fp32's last bit
+        assert torch.equal(x, expected)
+
+
+def test_empty_logits_of_any_rank_are_a_no_op():
+    for shape in [(0,), (3, 0), (0, 5), (2, 0, 4)]:
+        x = torch.zeros(shape, device=DEVICE)
+        assert logit_softcap(x, 30.0) is x and x.shape == shape

@@ -232,3 +232,37 @@ def test_shipped_configs_of_every_target(target):
         assert_close(query, expected_q, msg=f"query, {tokens} tokens")
         if key is not None:
             assert_close(key, expected_k, msg=f"key, {tokens} tokens")
+
+
+def _cache(max_pos, rotary_dim):
+    return torch.randn(max_pos, rotary_dim, device=DEVICE)
+
+
+@pytest.mark.parametrize("how", ["same tensor", "key cut across the query's rows", "positions inside the query"])
+def test_overlapping_query_and_key_are_refused_and_nothing_changes(how):
+    """Issue 25: rotary_embedding(pos, q, q, ...) rotated q twice."""
+    n, heads, hs = 5, 2, 8
+    positions = torch.arange(n, device=DEVICE)
+    buf = torch.randn(n, 3 * heads * hs, device=DEVICE)
+    query = buf[:, : heads * hs]
+    key = {"same tensor": query, "key cut across the query's rows": buf[:, hs: hs + heads * hs],
+           "positions inside the query": buf[:, heads * hs: 2 * heads * hs]}[how]  # fmt: skip
+    if how == "positions inside the query":
+        positions = buf.view(-1)[:n].view(torch.int32)  # int32 bits of the query's first row
+    before = buf.clone()
+    with pytest.raises(ValueError, match="share memory"):
+        rotary_embedding(positions, query, key, hs, _cache(64, hs), True)
+    assert torch.equal(buf, before)
+
+
+def test_q_and_k_views_of_one_fused_buffer_still_rotate():
+    """SGLang's layout: q and k are column slices of one qkv buffer (rows
+    interleave, no element shared): accepted, same answer as separate tensors."""
+    n, heads, hs = 5, 2, 8
+    positions = torch.arange(n, device=DEVICE)
+    qkv = torch.randn(n, 3 * heads * hs, device=DEVICE)
+    cache = _cache(64, hs)
+    q_sep, k_sep = qkv[:, : heads * hs].clone(), qkv[:, heads * hs: 2 * heads * hs].clone()
+    rotary_embedding(positions, q_sep, k_sep, hs, cache, True)
+    rotary_embedding(positions, qkv[:, : heads * hs], qkv[:, heads * hs: 2 * heads * hs], hs, cache, True)
+    assert torch.equal(qkv[:, : heads * hs], q_sep) and torch.equal(qkv[:, heads * hs: 2 * heads * hs], k_sep)

@@ -174,3 +174,84 @@ def test_a_file_is_checked_once_not_per_lookup(user_dir, monkeypatch):
     for width in (64, 128, 256, 512):
         op_spec.lookup_config("rms_norm", hidden_size=width)
     assert checked and len(calls) == checked
+
+
+# ---- issue 25: hostile files, tiles past Triton's limits, per-call config=
+
+
+def _alias_bomb(levels=9) -> str:
+    """Each anchor lists the previous one 9 times: 9**9 leaves once expanded."""
+    lines = ["notes:", "  - &a0 [x, x, x, x, x, x, x, x, x]"]
+    lines += [f"  - &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, levels)]
+    return "\n".join(lines) + f"\nops: {{rms_norm: {{config: {{ROWS_PER_PROGRAM: *a{levels - 1}}}}}}}\n"
+
+
+@pytest.mark.parametrize("kind", ["alias bomb", "deep nesting", "not UTF-8"])
+def test_hostile_user_file_raises_config_error_naming_the_file(user_dir, kind):
+    """An alias bomb was formatted whole into the message (~50 s, then
+    MemoryError); 50,000-deep nesting raised RecursionError and bytes that
+    are not UTF-8 UnicodeDecodeError, neither naming the file. Each is now a
+    ConfigError naming the file, quickly, and nothing is written."""
+    path = _most_specific(user_dir)
+    if kind == "alias bomb":
+        path.write_text(_alias_bomb())
+    elif kind == "deep nesting":
+        path.write_text("ops: " + "[" * 50_000 + "]" * 50_000 + "\n")
+    else:
+        path.write_bytes(b"ops: {rms_norm: {config: {ROWS_PER_PROGRAM: \xff\xfe}}}\n")
+    x, w = torch.randn(3, 64, device=DEVICE), torch.ones(64, device=DEVICE)
+    before = x.clone()
+    with pytest.raises(ConfigError) as raised:
+        ops.rms_norm(x, w)
+    assert str(path) in str(raised.value) and len(str(raised.value)) < 1000
+    assert torch.equal(x, before)
+
+
+def test_an_unusable_config_dir_name_warns_and_the_shipped_configs_serve(monkeypatch, warnings_logged):
+    monkeypatch.setenv("KUNLUN_TRITON_CONFIG_DIR", "d" * 5000)  # OSError: File name too long
+    clear_config_cache()
+    try:
+        assert op_spec.lookup_config("rms_norm", hidden_size=64)  # the shipped answer
+        assert any("KUNLUN_TRITON_CONFIG_DIR" in m and "cannot be used" in m for m in warnings_logged)
+    finally:
+        monkeypatch.delenv("KUNLUN_TRITON_CONFIG_DIR")
+        clear_config_cache()
+
+
+HUGE_TILES = [("decode_attention", "BLOCK_N", 2**20), ("fused_experts", "BLOCK_M", 2**20),
+              ("greedy", "BLOCK_V", 2**28), ("decode_attention", "BLOCK_N", 2**22)]  # fmt: skip
+
+
+@pytest.mark.parametrize("op,key,value", HUGE_TILES)
+def test_tiles_past_tritons_limits_are_refused_in_files(op, key, value):
+    assert (op, key) in TILE_KEYS
+    with pytest.raises(ConfigError, match=rf"my\.yaml: ops\.{op}\.config\.{key}: .*power of two"):
+        config.validate(_file(op, key, value), Path("/x/my.yaml"), op_spec.CONFIG_RULES)
+
+
+def _norm_call(cfg):
+    x, w = torch.randn(3, 64, device=DEVICE), torch.ones(64, device=DEVICE)
+    before = x.clone()
+    return x, before, lambda: ops.rms_norm(x, w, config=cfg)
+
+
+@pytest.mark.parametrize("cfg,error,words", [
+    ([1], TypeError, "rms_norm: config must be a dict"),
+    ({"ROWS_PER_PROGRAM": "x"}, ValueError, "rms_norm: config['ROWS_PER_PROGRAM'] must be a power of two"),
+    ({"ROWS_PER_PROGRAM": 2**20}, ValueError, "rms_norm: config['ROWS_PER_PROGRAM'] must be a power of two"),
+    ({1: 2}, TypeError, "rms_norm: config keys must be strings"),
+])  # fmt: skip
+def test_per_call_config_is_checked_like_a_file(cfg, error, words):
+    x, before, call = _norm_call(cfg)
+    with pytest.raises(error) as raised:
+        call()
+    assert words in str(raised.value)
+    assert torch.equal(x, before)
+
+
+def test_per_call_huge_tiles_name_op_and_key():
+    logits = torch.randn(2, 300, device=DEVICE)
+    with pytest.raises(ValueError, match=r"greedy: config\['BLOCK_V'\] must be a power of two from 1 to 65536"):
+        ops.greedy(logits, config={"BLOCK_V": 2**28})
+    with pytest.raises(ValueError, match=r"logit_softcap: config\['BLOCK_COLS'\]"):
+        ops.logit_softcap(logits, 30.0, config={"BLOCK_COLS": 2**22})

@@ -103,3 +103,60 @@ def test_serve_prints_the_plan_then_the_scheduler_report(server, server_log):
     assert "-> off (tp_size 1)" in plan
     report = text[text.index("scheduler dispatch report"):]
     assert "extend_attention" in report and "triton" in report
+
+
+def _post(url, body):
+    """(status, body text) of a JSON POST; HTTP errors are answers, not exceptions."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=300) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def _greedy_text(server):
+    import json
+
+    status, text = _post(f"{server}/generate", {"text": "The capital of France is",
+                                                 "sampling_params": {"max_new_tokens": NEW, "temperature": 0}})
+    assert status == 200, text
+    return json.loads(text)["text"]
+
+
+def test_hostile_requests_get_400_naming_the_field_and_the_server_keeps_serving(server, tiny_llama):
+    """Issue 25's HIGH class (and the OpenAI n / logprobs LOW class): each of
+    these once ended every server process (scheduler exception) or answered
+    nonsense. Each must get a 400 naming the field; afterwards the server
+    gives the same greedy text as before. Vocabulary size from the checkpoint."""
+    import json
+
+    vocab = json.load(open(os.path.join(tiny_llama, "config.json")))["vocab_size"]
+    before = _greedy_text(server)
+    gen, cmpl, chat = f"{server}/generate", f"{server}/v1/completions", f"{server}/v1/chat/completions"
+    sampled = {"max_new_tokens": 2, "temperature": 1.0}
+    user = [{"role": "user", "content": "Hi"}]
+    hostile = [
+        ("top_k", gen, {"text": "Hi", "sampling_params": {**sampled, "top_k": 2**31}}),
+        ("top_k", cmpl, {"model": "default", "prompt": "Hi", "max_tokens": 2, "top_k": 2**40}),
+        ("input_ids", gen, {"input_ids": [1, 2, vocab], "sampling_params": sampled}),
+        ("input_ids", gen, {"input_ids": [1, -3, 2], "sampling_params": sampled}),
+        ("input_ids", gen, {"input_ids": [[1, 2], [3, 100000]], "sampling_params": sampled}),
+        ("input_ids", cmpl, {"model": "default", "prompt": [1, 2, 100000], "max_tokens": 2}),
+        ("top_logprobs_num", gen, {"text": "Hi", "return_logprob": True, "top_logprobs_num": vocab + 1,
+                                   "sampling_params": sampled}),
+        ("top_logprobs_num", cmpl, {"model": "default", "prompt": "Hi", "max_tokens": 2, "logprobs": vocab + 5}),
+        ("top_logprobs_num", cmpl, {"model": "default", "prompt": "Hi", "max_tokens": 2, "logprobs": -1}),
+        ("top_logprobs_num", chat, {"model": "default", "messages": user, "max_tokens": 2, "logprobs": True,
+                                    "top_logprobs": -1}),
+        ("n", cmpl, {"model": "default", "prompt": "Hi", "max_tokens": 2, "n": 0}),
+        ("n", chat, {"model": "default", "messages": user, "max_tokens": 2, "n": -1}),
+    ]  # fmt: skip
+    for field, url, body in hostile:
+        status, text = _post(url, body)
+        assert status == 400 and field in text, (url, body, status, text[:500])
+    assert _greedy_text(server) == before

@@ -194,3 +194,70 @@ def test_tune_exits_1_when_an_op_got_no_config(monkeypatch, tmp_path, capsys):
     t = current_target()
     written = yaml.safe_load((tmp_path / f"{t.name}-{t.arch}.yaml").read_text())
     assert set(written["ops"]) == {"sleepy_op"}
+
+
+# ------------------------------------------------------------ issue 25: more one-line refusals
+
+
+@pytest.mark.parametrize("extra,named", [
+    (["--shape", "hidden_size=abc"], "hidden_size"),
+    (["--shape", "hidden_size=-8"], "hidden_size"),
+    (["--shape", "hidden_size=0"], "hidden_size"),
+    (["--shape", "bogus=3"], "bogus"),
+    (["--batch", str(10**15)], "--batch"),
+    (["--target", "cuda:sm_1000"], "--target"),
+    (["--target", "kunlun:p9000"], "--target"),
+    (["--target", "cuda:"], "--target"),
+])  # fmt: skip
+def test_inspect_refuses_what_bench_refuses(extra, named):
+    _refused(_cli("inspect", "rms_norm", "--no-compile", *extra), named)
+
+
+@pytest.mark.parametrize("extra,named", [
+    (["--shape", "q_heads=5,kv_heads=2"], "multiple of kv_heads"),
+    (["--shape", "head_dim=0"], "head_dim"),
+])  # fmt: skip
+def test_inspect_refuses_heads_that_do_not_group(extra, named):
+    _refused(_cli("inspect", "decode_attention", "--no-compile", *extra), named)
+
+
+def test_inspect_moe_refuses_zero_experts():
+    _refused(_cli("inspect", "moe_topk", "--no-compile", "--shape", "experts=0"), "experts")
+
+
+def test_outputs_that_cannot_be_written_are_refused_before_running(tmp_path):
+    a_file = tmp_path / "a_file"
+    a_file.write_text("")
+    _refused(_cli("bench", "norm", "--quick", "--output", str(a_file / "out")), "--output")
+    _refused(_cli("tune", "rms_norm", "--quick", "--output-dir", str(a_file)), "--output-dir")
+    _refused(_cli("inspect", "rms_norm", "--no-compile", "--json", str(tmp_path / "no" / "such" / "dir" / "r.json")), "--json")
+    _refused(_cli("inspect", "rms_norm", "--no-compile", "--json", str(tmp_path)), "--json")
+    assert a_file.read_text() == "" and sorted(p.name for p in tmp_path.iterdir()) == ["a_file"]
+
+
+def test_tune_force_over_a_corrupt_file_names_the_file_before_the_search(tmp_path, monkeypatch):
+    from kunlun_triton.runtime import current_target
+
+    path = tune.config_file(tmp_path, current_target())
+    path.write_text("ops: {rms_norm: [\n")
+    searched = []
+    monkeypatch.setattr(tune, "tune_task", lambda *a: searched.append(a))
+    _refused(_cli("tune", "rms_norm", "--quick", "--force", "--output-dir", str(tmp_path)), str(path))
+    assert not searched and path.read_text() == "ops: {rms_norm: [\n"
+
+
+def test_serve_with_a_missing_local_model_path_is_one_line():
+    _refused(_cli("serve", "--model-path", "/nonexistent/model"), "/nonexistent/model")
+
+
+def test_a_malformed_debug_flag_is_named_when_the_package_is_imported_by_the_cli():
+    """KUNLUN_TRITON_DEBUG is read when the package's logger is set up (at
+    import): a bad value gave a traceback from the import under bench."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, KUNLUN_TRITON_DEBUG="maybe")
+    run = subprocess.run([sys.executable, "-m", "kunlun_triton.cli", "bench", "norm", "--quick", "--list"],
+                         env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+    _refused((run.returncode, run.stdout, run.stderr), "KUNLUN_TRITON_DEBUG")

@@ -379,3 +379,12 @@ def test_the_command_line_prints_one_line_and_no_traceback(tmp_path):
     assert done.stderr.strip().count("\n") == 0 and SHARD2 in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_a_dangling_shard_without_an_index_fails_the_conversion(tmp_path):
+    """Issue 25: without an index, a shard that is a dangling symlink was
+    skipped with a "not copied" line and exit 0, the weight missing."""
+    _write_checkpoint(tmp_path / "src", sharded=False)
+    (tmp_path / "src" / "model-extra.safetensors").symlink_to(tmp_path / "gone.safetensors")
+    before = _tree(tmp_path)
+    _assert_refused(*_run(tmp_path / "src", tmp_path / "out"), tmp_path, before, "model-extra.safetensors")

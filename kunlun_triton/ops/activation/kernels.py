@@ -18,6 +18,7 @@ import triton
 import triton.language as tl
 
 from ..loads import masked_load
+from ..tanh import tanh
 
 SQRT_HALF = tl.constexpr(0.7071067811865476)
 SQRT_2_OVER_PI = tl.constexpr(0.7978845608028654)  # Triton kernels read only constexpr globals
@@ -31,15 +32,6 @@ def _sigmoid(z):
 
 
 @triton.jit
-def _tanh(z):
-    # tanh(|z|) = (1 - e) / (1 + e) with e = exp(-2|z|) in (0, 1]: no overflow,
-    # odd symmetry restores the sign. Core Triton has no portable tanh.
-    e = tl.exp(-2.0 * tl.abs(z))
-    t = (1.0 - e) / (1.0 + e)
-    return tl.where(z >= 0, t, -t)
-
-
-@triton.jit
 def _activation(gate, ACTIVATION: tl.constexpr):
     """ACTIVATION: 0 = silu, 1 = exact (erf) gelu, 2 = tanh-approximated gelu."""
     if ACTIVATION == 0:
@@ -48,7 +40,7 @@ def _activation(gate, ACTIVATION: tl.constexpr):
         return 0.5 * gate * (1.0 + tl.erf(gate * SQRT_HALF))
     else:
         inner = SQRT_2_OVER_PI * (gate + 0.044715 * gate * gate * gate)
-        return 0.5 * gate * (1.0 + _tanh(inner))
+        return 0.5 * gate * (1.0 + tanh(inner))
 
 
 @triton.jit(do_not_specialize=["n_rows"])

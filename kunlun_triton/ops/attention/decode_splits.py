@@ -100,6 +100,8 @@ def decode_workspace(batch: int, q_heads: int, kv_heads: int, head_dim: int, v_h
     for name, value in (("batch", batch), ("q_heads", q_heads), ("kv_heads", kv_heads), ("head_dim", head_dim),
                         ("v_head_dim", v_head_dim)):  # fmt: skip
         require_number(where, name, value, minimum=1, integer=True)
+    if q_heads % kv_heads:  # the head split decode_attention refuses (shared.py): no workspace for it either
+        raise ValueError(f"{where}: q_heads {q_heads} is not a multiple of kv_heads {kv_heads}")
     if num_kv_splits is not None and split_tile_size is not None:
         raise ValueError(f"{where}: give num_kv_splits or split_tile_size, not both")
     if num_kv_splits is not None:

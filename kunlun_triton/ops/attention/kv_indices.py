@@ -19,7 +19,7 @@ import triton
 import triton.language as tl
 
 from ...runtime import INDEX_DTYPES, use_triton
-from ..validation import checked_mode, require_same_device, require_tensor
+from ..validation import checked_mode, require_disjoint, require_same_device, require_tensor
 from . import reference
 
 OP = "build_kv_indices"
@@ -63,6 +63,9 @@ def build_kv_indices(req_to_token: torch.Tensor, req_pool_indices: torch.Tensor,
         if req_pool_indices.shape[0] != batch or kv_indptr.shape[0] != batch + 1:
             raise ValueError(f"{OP}: req_pool_indices [{batch}] and kv_indptr [{batch + 1}] must match seq_lens, "
                              f"got {tuple(req_pool_indices.shape)} and {tuple(kv_indptr.shape)}")  # fmt: skip
+        inputs = {"req_to_token": req_to_token, "req_pool_indices": req_pool_indices, "seq_lens": seq_lens}
+        require_disjoint(OP, "kv_indptr", kv_indptr, {"kv_indices": kv_indices, **inputs})
+        require_disjoint(OP, "kv_indices", kv_indices, inputs)
         if kv_indptr.dtype != torch.int32 or kv_indices.dtype != torch.int32:
             raise ValueError(f"{OP}: kv_indptr and kv_indices are int32, got {kv_indptr.dtype} and {kv_indices.dtype}")
         if batch:

@@ -12,14 +12,7 @@ import triton
 import triton.language as tl
 
 from ..loads import masked_load
-
-
-@triton.jit
-def soft_cap(s, CAP: tl.constexpr):
-    """cap * tanh(s / cap), written with tl.exp (no tanh in the portable subset):
-    tanh(x) = 1 - 2 / (exp(2x) + 1), exact at both saturations (exp -> inf or 0)."""
-    x = s / CAP
-    return CAP * (1.0 - 2.0 / (tl.exp(2.0 * x) + 1.0))
+from ..tanh import soft_cap  # cap * tanh(s / cap), sound for any cap (tiny s / cap included)
 
 
 @triton.jit

@@ -1,9 +1,7 @@
 """Final-logit soft-capping, in place: x <- cap * tanh(x / cap).
 
-    tanh(z) = sign(z) * (1 - e) / (1 + e),  e = exp(-2 |z|) in (0, 1]
-
-so nothing overflows for any logit (core Triton has no portable tanh; this is
-the activation family's formulation). Elementwise: each program rewrites a
+with `ops.tanh.soft_cap` (exp-based, no overflow for any logit, a series for
+tiny x / cap so any finite cap is exact to a few ulp; huge caps give x). Elementwise: each program rewrites a
 [ROWS_PER_PROGRAM, BLOCK_COLS] tile of the [rows, vocab] logits (several rows
 to amortise Kunlun's per-program launch cost, constexpr tile sizes). One read
 and one write per logit, the minimum; maths in fp32, one rounding.
@@ -12,8 +10,8 @@ and one write per logit, the minimum; maths in fp32, one rounding.
 import triton
 import triton.language as tl
 
-from ..activation.kernels import _tanh
 from ..loads import masked_load
+from ..tanh import soft_cap
 
 
 @triton.jit(do_not_specialize=["n_rows", "n_cols", "cap"])
@@ -32,5 +30,5 @@ def logit_softcap_kernel(
     mask = (rows < n_rows) & (cols < n_cols)
     ptrs = x_ptr + rows.to(tl.int64) * row_stride + cols
     x = masked_load(ptrs, mask, 0.0, LOAD_IGNORES_OTHER).to(tl.float32)
-    y = cap * _tanh(x * (1.0 / cap))
+    y = soft_cap(x, cap)
     tl.store(ptrs, y.to(x_ptr.dtype.element_ty), mask=mask)

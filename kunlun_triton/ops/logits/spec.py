@@ -10,7 +10,7 @@ import itertools
 import torch
 
 from ...runtime import FLOAT_DTYPES
-from ..spec import OpCase, OpSpec
+from ..spec import TILE, OpCase, OpSpec
 from . import ops, reference
 
 CAP = 30.0  # Gemma-2's final_logit_softcapping
@@ -63,5 +63,5 @@ def tune_candidates(quick: bool) -> list[dict]:
 SPECS = [
     OpSpec("logit_softcap", "logits", make_case, DOCTOR, bench_shapes, bench_dtype=torch.float32,
            tune_candidates=tune_candidates, x_axis="rows", kernels=kernels, function=ops.logit_softcap,
-           lookup_dims=("vocab_size", "rows")),
+           lookup_dims=("vocab_size", "rows"), config_keys={"ROWS_PER_PROGRAM": TILE, "BLOCK_COLS": TILE}),
 ]  # fmt: skip

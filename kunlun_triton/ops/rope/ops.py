@@ -18,7 +18,8 @@ import torch
 from ...runtime import INDEX_DTYPES, capabilities, launch_options, plan_cache, use_triton
 from ..spec import explicit_config, lookup_config
 from ..launch import constexpr_args, run_keywords
-from ..validation import checked_mode, power_of_two_at_most, require_number, require_same_device, require_tensor
+from ..validation import (checked_mode, power_of_two_at_most, require_disjoint, require_number, require_same_device,
+                          require_tensor)
 from . import kernels, reference
 
 OP = "rotary_embedding"
@@ -141,6 +142,10 @@ def rotary_embedding(
         if not isinstance(is_neox, bool):
             raise TypeError(f"{OP}: is_neox must be a bool, got {type(is_neox).__name__}")
         require_same_device(OP, query=query, positions=positions, key=key, cos_sin_cache=cos_sin_cache)
+        # a key that is (or overlaps) the query would be rotated twice
+        require_disjoint(OP, "query", query, {"key": key, "positions": positions, "cos_sin_cache": cos_sin_cache})
+        if key is not None:
+            require_disjoint(OP, "key", key, {"positions": positions, "cos_sin_cache": cos_sin_cache})
         if check_positions:
             _check_positions_in_range(positions, cos_sin_cache.shape[0])
         tensors = (positions, query, key, cos_sin_cache)

@@ -94,6 +94,8 @@ def _per_row(op: str, name: str, value, batch: int, device, kind: str, check: bo
             raise TypeError(f"{op}: {name} must be an integer, got {value!r}")
         if kind == "float":
             return _constant_rows(float(value), batch, torch.float32, device)
+        if not -(2**63) <= value < 2**63:  # torch.full would raise a bare OverflowError
+            raise ValueError(f"{op}: {name} must fit in int64, got {value}")
         return _constant_rows(int(value), batch, torch.int64, device)
     if not isinstance(value, torch.Tensor):
         raise TypeError(f"{op}: {name} must be a number or a torch.Tensor, got {type(value).__name__}")

@@ -108,3 +108,12 @@ def test_a_bad_workspace_is_refused(make, pattern):
     assert not o.any(), "a refused call must leave its output alone"
     with pytest.raises(ValueError, match="workspace brings its own split plan"):
         decode_attention(*batch.args(), workspace=decode_workspace(2, 4, 2, 16, 16, DEVICE), num_kv_splits=2)
+
+
+@pytest.mark.parametrize("q_heads,kv_heads", [(5, 2), (3, 4)])
+def test_decode_workspace_refuses_a_head_split_decode_refuses(q_heads, kv_heads):
+    """Issue 25: decode_workspace built a workspace for heads decode_attention rejects."""
+    from kunlun_triton.ops import decode_workspace
+
+    with pytest.raises(ValueError, match="decode_workspace: q_heads .* kv_heads"):
+        decode_workspace(2, q_heads, kv_heads, 16, 16, DEVICE)

@@ -48,3 +48,24 @@ def test_build_kv_indices_rejects_bad_input_and_changes_nothing():
         with pytest.raises((ValueError, TypeError), match=match):
             build_kv_indices(**args)
         assert not indices.any() and not indptr.any()
+
+
+@pytest.mark.parametrize("where", ["indices after indptr", "indices over indptr", "indptr over seq_lens"])
+def test_outputs_sharing_memory_are_refused_and_nothing_changes(where):
+    """Issue 25: kv_indptr and kv_indices as views of one buffer wrote garbage."""
+    table, ids = _table(rows=3, max_len=8), torch.tensor([0, 2], device=DEVICE)
+    buf = torch.full((40,), -1, dtype=torch.int32, device=DEVICE)
+    lens = torch.tensor([3, 4], dtype=torch.int32, device=DEVICE)
+    indptr, indices = {"indices after indptr": (buf[:3], buf[2:20]), "indices over indptr": (buf[5:8], buf[:20]),
+                       "indptr over seq_lens": (buf[:3], buf[10:30])}[where]  # fmt: skip
+    if where == "indptr over seq_lens":
+        lens = buf[1:3]
+        lens.copy_(torch.tensor([3, 4], dtype=torch.int32))
+    before = buf.clone()
+    with pytest.raises(ValueError, match="share memory"):
+        build_kv_indices(table, ids, lens, indptr, indices)
+    assert torch.equal(buf, before)
+    # disjoint views of the same buffer are fine: same answer as the reference
+    indptr, indices = buf[:3], buf[3:10]
+    build_kv_indices(table, ids, torch.tensor([3, 4], device=DEVICE), indptr, indices)
+    assert indptr.tolist() == [0, 3, 7] and torch.equal(indices.cpu(), torch.cat([table[0, :3], table[2, :4]]).cpu())

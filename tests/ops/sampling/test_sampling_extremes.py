@@ -157,3 +157,22 @@ def test_renorm_entries_near_the_float_limit(config):
     assert_close(out, expected, atol=1e-7, rtol=1e-6)
     # top-p 0.4 keeps the first 3e38 and, tied with it, the second
     assert_close(api.top_p_renorm_probs(probs, 0.4, config=config)[0], torch.tensor([0.5, 0.5, 0, 0], device=DEVICE))
+
+
+@pytest.mark.parametrize("top_ks", [2**70, -(2**70), 2**63])
+def test_top_ks_past_int64_is_a_named_error(top_ks):
+    """Issue 25: sample(..., top_ks=2**70) raised a bare OverflowError."""
+    logits = torch.randn(2, 50, device=DEVICE)
+    before = logits.clone()
+    with pytest.raises(ValueError, match="sample: top_ks must fit in int64"):
+        api.sample(logits, 1.0, top_ks, 1.0, 0.0)
+    assert torch.equal(logits, before)
+
+
+def test_greedy_checked_on_bf16_logits_of_a_5000_vocab():
+    """Issue 25: checked greedy on bf16 logits, vocab 5000, raised NameError
+    in the check itself. Oracle: torch.argmax of the fp32 values (first max)."""
+    gen = torch.Generator().manual_seed(3)
+    logits = torch.randn(3, 5000, generator=gen).to(torch.bfloat16).to(DEVICE)
+    out = api.greedy(logits, check=True)
+    assert torch.equal(out, logits.float().argmax(-1))
