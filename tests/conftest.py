@@ -66,6 +66,11 @@ def device() -> str:
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "sglang: needs SGLang installed (run in the sglang environment)")
+    config.addinivalue_line(
+        "markers",
+        "sglang_window: the oldest SGLang of the window next to the newest (CI stage sglang-window, "
+        "KUNLUN_TRITON_OLD_SGLANG)",
+    )
 
 
 def pytest_collection_modifyitems(config, items):

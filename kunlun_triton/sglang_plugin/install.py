@@ -1,4 +1,5 @@
-"""Every place kunlun-triton touches SGLang 0.5.23, in one table, applied once.
+"""Every place kunlun-triton touches SGLang (0.5.23's names; the older releases
+of the window map onto them in versions.py), in one table, applied once.
 
 A `Touchpoint` names what it installs, its kind, the SGLang object it
 touches (public API or private), what of ours it reaches, and its scope:
@@ -148,8 +149,9 @@ ATTENTION_OPS = "decode_attention, extend_attention, store_kv"
 FUSED_OPS = "rms_norm, fused_add_rms_norm, silu_and_mul, gelu_and_mul, rotary_embedding"
 
 TOUCHPOINTS = (
-    Touchpoint("platform plugin", "entry point", "sglang.srt.platforms: kunlun",
-               "kunlun_triton.sglang_plugin:activate (SGLANG_PLATFORM=kunlun)", "sglang"),
+    Touchpoint("platform plugin", "entry point", "sglang.srt.platforms: kunlun, kunlun_triton",
+               "kunlun_triton.sglang_plugin:activate (SGLANG_PLATFORM=kunlun), :activate_alternate "
+               "(SGLANG_PLATFORM=kunlun_triton, when another distribution also claims kunlun)", "sglang"),
     Touchpoint("general plugin", "entry point", "sglang.srt.plugins: kunlun",
                "kunlun_triton.sglang_plugin:register (this table, scope plugin)", "sglang"),
     Touchpoint("platform classes", "subclass", "sglang.srt.platforms.interface.SRTPlatform",

@@ -165,6 +165,11 @@ class _KunlunSRTPlatformBase(SRTPlatform):
         install("platform")
 
     def apply_server_args_defaults(self, server_args) -> None:
+        # Also the general plugin's scope: SGLang skips general plugins of a
+        # distribution that has a platform entry point not named by
+        # SGLANG_PLATFORM (srt/plugins: _get_excluded_dists), and ours has two
+        # names (kunlun, kunlun_triton). Idempotent where it did run.
+        install("plugin")
         from .defaults import apply_defaults
 
         apply_defaults(self, server_args)

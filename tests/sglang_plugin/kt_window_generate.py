@@ -27,11 +27,16 @@ def main(model_path: str) -> None:
         outs = engine.generate(input_ids=prompts, sampling_params=params)
         tokens = [list(o["output_ids"]) for o in outs]
         from sglang.srt.platforms import current_platform
+
+        from kunlun_triton.sglang_plugin.report import engine_dispatch_report
+
         platform = type(current_platform).__name__
+        report = engine_dispatch_report(engine)[0]["ops"]
+        triton_ops = sorted(op for op, row in report.items() if row["impl"] == "triton")
     finally:
         engine.shutdown()
     print(json.dumps({"sglang": sglang.__version__, "sglang_file": sglang.__file__, "platform": platform,
-                      "tokens": tokens}))
+                      "tokens": tokens, "triton_ops": triton_ops}))
 
 
 if __name__ == "__main__":
