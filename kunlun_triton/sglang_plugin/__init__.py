@@ -143,12 +143,24 @@ def _activate() -> str | None:
     if target.name == "kunlun" or (selected and _gpu_target_forced()):
         check_sglang_version()
         os.environ.pop(DEV_MODE_ENV, None)
+        _register_cli_choices()
         return DEVICE_PLATFORM
     if selected:
         check_sglang_version()
         _enter_dev_mode()
+        _register_cli_choices()
         return DEV_PLATFORM
     return None
+
+
+def _register_cli_choices() -> None:
+    """Our backend names in SGLang's argument choices, from activation: SGLang
+    skips our general plugin whenever SGLANG_PLATFORM is set (we register two
+    platform names); the platform applies the rest itself (init_backend,
+    apply_server_args_defaults)."""
+    from .install import register_cli_choices
+
+    register_cli_choices()
 
 
 def dev_mode() -> bool:

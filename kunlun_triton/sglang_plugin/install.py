@@ -81,6 +81,25 @@ def _accept_deterministic_inference() -> None:
         add_radix_supported_deterministic_attention_backend_choices([ATTENTION_BACKEND])
 
 
+def register_cli_choices() -> None:
+    """Our backend names among SGLang's argument choices, touching only
+    ``srt/arg_groups/choices.py`` (plain lists and sets, no imports: safe while
+    SGLang is still resolving its platform). The platform calls this when it
+    activates: SGLang skips our general plugin whenever ``SGLANG_PLATFORM`` is
+    set (``_get_excluded_dists``: we register two platform names), and
+    ``--attention-backend kunlun_triton`` is parsed before any later hook."""
+    from sglang.srt.arg_groups.choices import (
+        ATTENTION_BACKEND_CHOICES,
+        SAMPLING_BACKEND_CHOICES,
+        add_attention_backend_choices,
+    )
+
+    if ATTENTION_BACKEND not in ATTENTION_BACKEND_CHOICES:
+        add_attention_backend_choices([ATTENTION_BACKEND])
+    SAMPLING_BACKEND_CHOICES.add(SAMPLING_BACKEND)
+    _accept_deterministic_inference()
+
+
 def _hook_batch_invariant_mode() -> None:
     from .batch_invariant import enable_batch_invariant_mode, murmur_hash32
 

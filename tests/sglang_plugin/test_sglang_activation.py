@@ -172,3 +172,26 @@ def test_another_kunlun_plugin_is_reported_with_the_one_sglang_runs(tmp_path):
     done = _run(RESOLVE, SGLANG_PLATFORM="kunlun_triton", PYTHONPATH=path)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip().splitlines()[-2] == "KunlunDevPlatform"
+
+
+PARSE_OUR_BACKENDS = """
+from sglang.srt.plugins import _get_excluded_dists, load_plugins
+load_plugins()
+from sglang.srt.server_args import prepare_server_args
+args = prepare_server_args(["--model-path", "unused", "--attention-backend", "kunlun_triton",
+                            "--sampling-backend", "kunlun_triton"])
+print(sorted(_get_excluded_dists()), args.attention_backend, args.sampling_backend)
+"""
+
+
+@pytest.mark.parametrize("name", ["kunlun", "kunlun_triton"])
+def test_our_backend_names_parse_although_sglang_skips_our_general_plugin(tmp_path, name):
+    """With SGLANG_PLATFORM set, SGLang skips the general plugins of every
+    distribution with a platform entry point under another name: ours, since
+    it registers two. The command line must still accept our backends."""
+    path = _with_sglang_kunlun(tmp_path, ours_shadow=True)
+    done = _run(PARSE_OUR_BACKENDS, SGLANG_PLATFORM=name, PYTHONPATH=path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    excluded, attention, sampling = done.stdout.strip().splitlines()[-1].rsplit(" ", 2)
+    assert "kunlun-triton" in excluded  # SGLang's behaviour this test is about
+    assert (attention, sampling) == ("kunlun_triton", "kunlun_triton")
