@@ -97,12 +97,13 @@ print(json.dumps({"cls": activate_alternate()}))
 """
 
 
-def test_alternate_name_answers_only_when_selected_by_it():
+def test_alternate_name_answers_only_when_selected_by_it(tmp_path):
     """Unselected, SGLang activates every entry point: answering under both
     names would be "multiple platform plugins activated"."""
+    path = _with_sglang_kunlun(tmp_path, ours_shadow=True, other=False)
     for env, expected in (({}, None), ({"SGLANG_PLATFORM": "kunlun"}, None),
                           ({"SGLANG_PLATFORM": "kunlun_triton"}, ":KunlunDevPlatform")):  # fmt: skip
-        done = _run(ALTERNATE, **env)
+        done = _run(ALTERNATE, PYTHONPATH=path, **env)
         assert done.returncode == 0, done.stderr[-2000:]
         cls = __import__("json").loads(done.stdout.strip().splitlines()[-1])["cls"]
         assert (cls is None) if expected is None else cls.endswith(expected), (env, cls)
@@ -134,15 +135,17 @@ print(message)
 """
 
 
-def _with_sglang_kunlun(tmp_path, ours_shadow: bool):
-    """A fake sglang-kunlun distribution (its own `kunlun` platform); with
-    `ours_shadow`, kunlun-triton's entry points as pyproject.toml declares
-    them (a dist-info found first shadows the installed one)."""
-    info = tmp_path / "sglang_kunlun-1.0.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: sglang-kunlun\nVersion: 1.0\n")
-    (info / "entry_points.txt").write_text("[sglang.srt.platforms]\nkunlun = sglang_kunlun:activate\n")
-    (tmp_path / "sglang_kunlun.py").write_text(FAKE_PLATFORM)
+def _with_sglang_kunlun(tmp_path, ours_shadow: bool, other: bool = True):
+    """A fake sglang-kunlun distribution (its own `kunlun` platform), unless
+    not `other`; with `ours_shadow`, kunlun-triton's entry points as
+    pyproject.toml declares them (a dist-info found first shadows the
+    installed one, whose entry points are those of its last install)."""
+    if other:
+        info = tmp_path / "sglang_kunlun-1.0.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text("Metadata-Version: 2.1\nName: sglang-kunlun\nVersion: 1.0\n")
+        (info / "entry_points.txt").write_text("[sglang.srt.platforms]\nkunlun = sglang_kunlun:activate\n")
+        (tmp_path / "sglang_kunlun.py").write_text(FAKE_PLATFORM)
     if ours_shadow:
         from importlib.metadata import version
 
@@ -151,7 +154,8 @@ def _with_sglang_kunlun(tmp_path, ours_shadow: bool):
         (ours / "METADATA").write_text(f"Metadata-Version: 2.1\nName: kunlun-triton\nVersion: {version('kunlun-triton')}\n")
         (ours / "entry_points.txt").write_text(
             "[sglang.srt.platforms]\nkunlun = kunlun_triton.sglang_plugin:activate\n"
-            "kunlun_triton = kunlun_triton.sglang_plugin:activate_alternate\n"
+            "kunlun_triton = kunlun_triton.sglang_plugin:activate_alternate\n\n"
+            "[sglang.srt.plugins]\nkunlun = kunlun_triton.sglang_plugin:register\n"
         )
     return os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
 
