@@ -149,9 +149,10 @@ def _with_sglang_kunlun(tmp_path, ours_shadow: bool, other: bool = True):
     if ours_shadow:
         from importlib.metadata import version
 
-        ours = tmp_path / f"kunlun_triton-{version('kunlun-triton')}.dist-info"
+        v = version("kunlun-triton")
+        ours = tmp_path / f"kunlun_triton-{v}.dist-info"
         ours.mkdir()
-        (ours / "METADATA").write_text(f"Metadata-Version: 2.1\nName: kunlun-triton\nVersion: {version('kunlun-triton')}\n")
+        (ours / "METADATA").write_text(f"Metadata-Version: 2.1\nName: kunlun-triton\nVersion: {v}\n")
         (ours / "entry_points.txt").write_text(
             "[sglang.srt.platforms]\nkunlun = kunlun_triton.sglang_plugin:activate\n"
             "kunlun_triton = kunlun_triton.sglang_plugin:activate_alternate\n\n"

@@ -30,8 +30,8 @@ def test_installed_sglang_is_in_the_window_and_its_table_entry_is_used(api):
 def test_outside_the_window_is_refused_naming_window_and_version(monkeypatch):
     monkeypatch.delenv("KUNLUN_TRITON_ALLOW_ANY_SGLANG", raising=False)
     for found in ("0.5.20", "0.5.24", "0.4.0"):
-        with pytest.raises(UnsupportedSGLangVersion, match=rf"supports SGLang 0\.5\.21, 0\.5\.22, 0\.5\.23 "
-                                                           rf"\(the window 0\.5\.21 to 0\.5\.23\), found {found}"):  # fmt: skip
+        expected = rf"supports SGLang 0\.5\.21, 0\.5\.22, 0\.5\.23 \(the window 0\.5\.21 to 0\.5\.23\), found {found}"
+        with pytest.raises(UnsupportedSGLangVersion, match=expected):
             check_sglang_version(found)
     for found in versions.SUPPORTED_SGLANG_VERSIONS:
         assert check_sglang_version(found) == found
