@@ -54,7 +54,8 @@ for stage in ${KUNLUN_TRITON_TEST_STAGES:-kernels sglang sglang-window}; do
         tests/sglang_plugin/test_sglang_versions.py tests/sglang_plugin/test_sglang_activation.py \
         tests/sglang_plugin/test_sglang_support.py "$@"
       KUNLUN_TRITON_OLD_SGLANG="$OLD_DIR" KUNLUN_TRITON_REQUIRE_SGLANG=1 \
-        "$VENV/bin/python" -m pytest -m sglang_window --junitxml=.test-results/sglang-window.xml "$@"
+        "$VENV/bin/python" -m pytest -m sglang_window --junitxml=.test-results/sglang-window.xml \
+        tests/sglang_plugin/test_sglang_window.py "$@"
       ;;
     *)
       echo "unknown stage $stage (expected kernels, sglang or sglang-window)" >&2
