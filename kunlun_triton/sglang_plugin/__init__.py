@@ -36,9 +36,9 @@ from __future__ import annotations
 import logging
 import os
 
-logger = logging.getLogger("kunlun_triton.sglang_plugin")
-
 from .versions import SUPPORTED_SGLANG_VERSIONS, WINDOW
+
+logger = logging.getLogger("kunlun_triton.sglang_plugin")
 
 PLATFORM_NAME = "kunlun"
 ALTERNATE_NAME = "kunlun_triton"  # the entry-point name no other distribution claims

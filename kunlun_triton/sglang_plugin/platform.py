@@ -5,8 +5,8 @@ Written against SGLang 0.5.23's ``sglang/srt/platforms/interface.py`` and
 ``device_mixin.py``; the older releases of the window get their own hook
 names from ``versions.platform_compat()`` (placed first in the bases, so it
 wraps ours) and a capabilities stand-in from ``versions.make_capabilities``.
-``get_device`` returns a string because callers split it on ``:``. Kunlun is never called ``xpu`` (that string selects Intel XPU
-defaults in SGLang).
+``get_device`` returns a string because callers split it on ``:``. Kunlun is
+never called ``xpu`` (that string selects Intel XPU defaults in SGLang).
 """
 
 from __future__ import annotations
