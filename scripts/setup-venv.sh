@@ -35,5 +35,11 @@ setup_venv() {
     fi
   fi
   log "installing kunlun-triton[$extras]"
-  "${pip[@]}" -e ".[$extras]"
+  local pick=()
+  # KUNLUN_TRITON_SGLANG_VERSION picks a release of the supported window
+  # (default: the newest, which the `sglang` extra lets pip choose).
+  if [[ ",$extras," == *",sglang,"* && -n "${KUNLUN_TRITON_SGLANG_VERSION:-}" ]]; then
+    pick=("sglang==$KUNLUN_TRITON_SGLANG_VERSION")
+  fi
+  "${pip[@]}" -e ".[$extras]" "${pick[@]}"
 }

@@ -7,10 +7,16 @@
 #            SGLang's own kernels and allocator, and every ahead-of-time
 #            lowering test again on the older Triton (markers `sglang` and
 #            `lowering`, tests/conftest.py).
+#   sglang-window: the oldest SGLang of the supported window (0.5.21),
+#            installed `pip install --no-deps --target .sglang-0.5.21` over
+#            .venv-sglang and put first on PYTHONPATH (as vendor stacks install
+#            SGLang): the plugin's unit tests on it, then one greedy generation
+#            on 0.5.21 and on 0.5.23 that must give the same tokens (a few
+#            minutes; docs/versions.md).
 # Kernels run in the Triton interpreter when no accelerator is present.
 # KUNLUN_TRITON_STRICT_SKIPS=1 turns any skip into a failure, so a suite that
 # cannot run is reported, not hidden. KUNLUN_TRITON_TEST_STAGES picks stages
-# (default "kernels sglang"); extra arguments go to pytest in every stage.
+# (default "kernels sglang sglang-window"); extra arguments go to pytest in every stage.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup-venv.sh
@@ -18,7 +24,7 @@ rm -rf .test-results
 export KUNLUN_TRITON_STRICT_SKIPS=${KUNLUN_TRITON_STRICT_SKIPS:-1}
 export SGLANG_CUDA_COREDUMP_BEFORE_CRASH_WAIT_SECS=0
 
-for stage in ${KUNLUN_TRITON_TEST_STAGES:-kernels sglang}; do
+for stage in ${KUNLUN_TRITON_TEST_STAGES:-kernels sglang sglang-window}; do
   case $stage in
     kernels)
       VENV=.venv
@@ -30,11 +36,30 @@ for stage in ${KUNLUN_TRITON_TEST_STAGES:-kernels sglang}; do
       VENV=.venv-sglang
       setup_venv "sglang,test" pinned-by-extras
       log "stage sglang: the plugin end to end, SGLang comparisons, lowering on SGLang's Triton"
-      KUNLUN_TRITON_REQUIRE_SGLANG=1 "$VENV/bin/python" -m pytest -m "sglang or lowering" \
+      KUNLUN_TRITON_REQUIRE_SGLANG=1 "$VENV/bin/python" -m pytest -m "(sglang or lowering) and not sglang_window" \
         --junitxml=.test-results/sglang.xml "$@"
       ;;
+    sglang-window)
+      VENV=.venv-sglang
+      setup_venv "sglang,test" pinned-by-extras
+      OLD_SGLANG=${OLD_SGLANG:-0.5.21}
+      OLD_DIR=$PWD/.sglang-$OLD_SGLANG
+      if [ ! -d "$OLD_DIR/sglang" ]; then
+        log "installing SGLang $OLD_SGLANG --no-deps into $OLD_DIR (over the $VENV environment)"
+        "$VENV/bin/python" -m pip install --progress-bar off --disable-pip-version-check --no-deps \
+          --target "$OLD_DIR" "sglang==$OLD_SGLANG"
+      fi
+      log "stage sglang-window: the plugin's unit tests on SGLang $OLD_SGLANG, greedy tokens $OLD_SGLANG == newest"
+      PYTHONPATH="$OLD_DIR${PYTHONPATH:+:$PYTHONPATH}" KUNLUN_TRITON_REQUIRE_SGLANG=1 \
+        "$VENV/bin/python" -m pytest -m "not sglang_window" --junitxml=.test-results/sglang-window-unit.xml \
+        tests/sglang_plugin/test_sglang_versions.py tests/sglang_plugin/test_sglang_activation.py \
+        tests/sglang_plugin/test_sglang_support.py "$@"
+      KUNLUN_TRITON_OLD_SGLANG="$OLD_DIR" KUNLUN_TRITON_REQUIRE_SGLANG=1 \
+        "$VENV/bin/python" -m pytest -m sglang_window --junitxml=.test-results/sglang-window.xml \
+        tests/sglang_plugin/test_sglang_window.py "$@"
+      ;;
     *)
-      echo "unknown stage $stage (expected kernels or sglang)" >&2
+      echo "unknown stage $stage (expected kernels, sglang or sglang-window)" >&2
       exit 2
       ;;
   esac

@@ -71,6 +71,11 @@ def pytest_configure(config):
         "lowering: compiles kernels ahead of time; the sglang stage runs these again on SGLang's Triton "
         '(scripts/test.sh: -m "sglang or lowering")',
     )
+    config.addinivalue_line(
+        "markers",
+        "sglang_window: the oldest SGLang of the window next to the newest (CI stage sglang-window, "
+        "KUNLUN_TRITON_OLD_SGLANG)",
+    )
 
 
 def _left_out_files() -> list:

@@ -1,13 +1,20 @@
 """SGLang out-of-tree platform plugin: ``SGLANG_PLATFORM=kunlun``.
 
-Two entry points (both named ``kunlun``), declared in pyproject.toml:
+Entry points, declared in pyproject.toml:
 
-- ``sglang.srt.platforms``: :func:`activate` returns the platform class's
-  qualified name, or ``None`` when it should stay out of the way;
+- ``sglang.srt.platforms``: ``kunlun`` -> :func:`activate` returns the
+  platform class's qualified name, or ``None`` when it should stay out of the
+  way; ``kunlun_triton`` -> :func:`activate_alternate`, the same platform
+  under a name no other distribution claims (Baidu's ``sglang-kunlun`` also
+  registers ``kunlun``; SGLang keeps one entry point per name), answering only
+  when ``SGLANG_PLATFORM=kunlun_triton`` selects it (see ``conflicts.py``);
 - ``sglang.srt.plugins``: :func:`register` runs early in every SGLang process
   and applies the ``plugin`` scope of the install table (``install.py``):
   the ``kunlun_triton`` attention and sampling backends, the fused-op
   forwards and the report hooks.
+
+Supported SGLang releases: ``versions.py`` (the window, and what each
+release calls what).
 
 Activation rules:
 
@@ -29,10 +36,12 @@ from __future__ import annotations
 import logging
 import os
 
+from .versions import SUPPORTED_SGLANG_VERSIONS, WINDOW
+
 logger = logging.getLogger("kunlun_triton.sglang_plugin")
 
-SUPPORTED_SGLANG_VERSIONS = ("0.5.23",)
 PLATFORM_NAME = "kunlun"
+ALTERNATE_NAME = "kunlun_triton"  # the entry-point name no other distribution claims
 DEVICE_PLATFORM = "kunlun_triton.sglang_plugin.platform:KunlunPlatform"
 DEV_PLATFORM = "kunlun_triton.sglang_plugin.platform:KunlunDevPlatform"
 DEV_MODE_ENV = "KUNLUN_TRITON_SGLANG_DEV"
@@ -45,16 +54,13 @@ class UnsupportedSGLangVersion(RuntimeError):
 
 
 def sglang_version() -> str | None:
-    from importlib.metadata import PackageNotFoundError, version
+    from .versions import installed_version
 
-    try:
-        return version("sglang")
-    except PackageNotFoundError:
-        return None
+    return installed_version("sglang")
 
 
 def check_sglang_version(found: str | None = None) -> str:
-    """Raise :class:`UnsupportedSGLangVersion` unless SGLang is a tested version."""
+    """Raise :class:`UnsupportedSGLangVersion` unless SGLang is in the window."""
     from kunlun_triton.runtime.env import env_flag
 
     if env_flag("KUNLUN_TRITON_ALLOW_ANY_SGLANG", False):
@@ -67,10 +73,11 @@ def check_sglang_version(found: str | None = None) -> str:
         )
     if found not in SUPPORTED_SGLANG_VERSIONS:
         raise UnsupportedSGLangVersion(
-            f"kunlun-triton's SGLang plugin supports SGLang {', '.join(SUPPORTED_SGLANG_VERSIONS)}, "
-            f"found {found}: the platform hooks it relies on change between SGLang releases. "
-            f"Install a supported one (pip install 'kunlun-triton[sglang]'), or set "
-            f"KUNLUN_TRITON_ALLOW_ANY_SGLANG=1 to try anyway."
+            f"kunlun-triton's SGLang plugin supports SGLang {', '.join(SUPPORTED_SGLANG_VERSIONS)} "
+            f"(the window {WINDOW}), found {found}: the platform hooks it relies on change between "
+            f"SGLang releases. Install one in the window (pip install 'kunlun-triton[sglang]' "
+            f"'sglang=={SUPPORTED_SGLANG_VERSIONS[-1]}'), or set KUNLUN_TRITON_ALLOW_ANY_SGLANG=1 to "
+            f"try anyway (the hooks of the nearest release below it are used)."
         )
     return found
 
@@ -82,9 +89,16 @@ def _gpu_target_forced() -> bool:
 
 
 def _selected() -> bool:
+    """SGLANG_PLATFORM names this plugin (by either entry-point name)."""
     from kunlun_triton.runtime.env import env_str
 
-    return env_str("SGLANG_PLATFORM") == PLATFORM_NAME
+    return env_str("SGLANG_PLATFORM") in (PLATFORM_NAME, ALTERNATE_NAME)
+
+
+def _selected_by_alternate_name() -> bool:
+    from kunlun_triton.runtime.env import env_str
+
+    return env_str("SGLANG_PLATFORM") == ALTERNATE_NAME
 
 
 def _enter_dev_mode() -> None:
@@ -108,7 +122,26 @@ def _enter_dev_mode() -> None:
 
 
 def activate() -> str | None:
-    """Entry point of ``sglang.srt.platforms``: the platform class name or None."""
+    """Entry point ``kunlun`` of ``sglang.srt.platforms``: the platform class
+    name or None."""
+    from .conflicts import report_platform_conflicts
+
+    report_platform_conflicts()
+    return _activate()
+
+
+def activate_alternate() -> str | None:
+    """Entry point ``kunlun_triton`` of ``sglang.srt.platforms``: the same
+    platform, only when ``SGLANG_PLATFORM=kunlun_triton`` names it (without a
+    selection SGLang activates every entry point: answering under both names
+    would be "multiple platform plugins activated")."""
+    from .conflicts import report_platform_conflicts
+
+    report_platform_conflicts()
+    return _activate() if _selected_by_alternate_name() else None
+
+
+def _activate() -> str | None:
     selected = _selected()
     from kunlun_triton.runtime import detect_target
 
@@ -116,12 +149,24 @@ def activate() -> str | None:
     if target.name == "kunlun" or (selected and _gpu_target_forced()):
         check_sglang_version()
         os.environ.pop(DEV_MODE_ENV, None)
+        _register_cli_choices()
         return DEVICE_PLATFORM
     if selected:
         check_sglang_version()
         _enter_dev_mode()
+        _register_cli_choices()
         return DEV_PLATFORM
     return None
+
+
+def _register_cli_choices() -> None:
+    """Our backend names in SGLang's argument choices, from activation: SGLang
+    skips our general plugin whenever SGLANG_PLATFORM is set (we register two
+    platform names); the platform applies the rest itself (init_backend,
+    apply_server_args_defaults)."""
+    from .install import register_cli_choices
+
+    register_cli_choices()
 
 
 def dev_mode() -> bool:
@@ -151,6 +196,9 @@ def register() -> None:
     """
     from kunlun_triton.runtime import detect_target
 
+    from .conflicts import report_platform_conflicts
+
+    report_platform_conflicts()
     try:
         check_sglang_version()
     except UnsupportedSGLangVersion:
@@ -173,7 +221,9 @@ def register() -> None:
 __all__ = [
     "SUPPORTED_SGLANG_VERSIONS",
     "UnsupportedSGLangVersion",
+    "WINDOW",
     "activate",
+    "activate_alternate",
     "check_sglang_version",
     "dev_mode",
     "register",

@@ -1,4 +1,5 @@
-"""Every place kunlun-triton touches SGLang 0.5.23, in one table, applied once.
+"""Every place kunlun-triton touches SGLang (0.5.23's names; the older releases
+of the window map onto them in versions.py), in one table, applied once.
 
 A `Touchpoint` names what it installs, its kind, the SGLang object it
 touches (public API or private), what of ours it reaches, and its scope:
@@ -80,6 +81,25 @@ def _accept_deterministic_inference() -> None:
         add_radix_supported_deterministic_attention_backend_choices([ATTENTION_BACKEND])
 
 
+def register_cli_choices() -> None:
+    """Our backend names among SGLang's argument choices, touching only
+    ``srt/arg_groups/choices.py`` (plain lists and sets, no imports: safe while
+    SGLang is still resolving its platform). The platform calls this when it
+    activates: SGLang skips our general plugin whenever ``SGLANG_PLATFORM`` is
+    set (``_get_excluded_dists``: we register two platform names), and
+    ``--attention-backend kunlun_triton`` is parsed before any later hook."""
+    from sglang.srt.arg_groups.choices import (
+        ATTENTION_BACKEND_CHOICES,
+        SAMPLING_BACKEND_CHOICES,
+        add_attention_backend_choices,
+    )
+
+    if ATTENTION_BACKEND not in ATTENTION_BACKEND_CHOICES:
+        add_attention_backend_choices([ATTENTION_BACKEND])
+    SAMPLING_BACKEND_CHOICES.add(SAMPLING_BACKEND)
+    _accept_deterministic_inference()
+
+
 def _hook_batch_invariant_mode() -> None:
     from .batch_invariant import enable_batch_invariant_mode, murmur_hash32
 
@@ -155,8 +175,9 @@ ATTENTION_OPS = "decode_attention, extend_attention, store_kv"
 FUSED_OPS = "rms_norm, fused_add_rms_norm, silu_and_mul, gelu_and_mul, rotary_embedding"
 
 TOUCHPOINTS = (
-    Touchpoint("platform plugin", "entry point", "sglang.srt.platforms: kunlun",
-               "kunlun_triton.sglang_plugin:activate (SGLANG_PLATFORM=kunlun)", "sglang"),
+    Touchpoint("platform plugin", "entry point", "sglang.srt.platforms: kunlun, kunlun_triton",
+               "kunlun_triton.sglang_plugin:activate (SGLANG_PLATFORM=kunlun), :activate_alternate "
+               "(SGLANG_PLATFORM=kunlun_triton, when another distribution also claims kunlun)", "sglang"),
     Touchpoint("general plugin", "entry point", "sglang.srt.plugins: kunlun",
                "kunlun_triton.sglang_plugin:register (this table, scope plugin)", "sglang"),
     Touchpoint("platform classes", "subclass", "sglang.srt.platforms.interface.SRTPlatform",

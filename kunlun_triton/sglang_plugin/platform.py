@@ -1,10 +1,12 @@
 """The SGLang platform classes: Kunlun (device ``cuda`` through the vendor's
 torch) and the CPU development mode (Triton interpreter).
 
-Checked against SGLang 0.5.23's ``sglang/srt/platforms/interface.py`` and
-``device_mixin.py``; ``get_device`` returns a string because callers split it
-on ``:``. Kunlun is never called ``xpu`` (that string selects Intel XPU
-defaults in SGLang).
+Written against SGLang 0.5.23's ``sglang/srt/platforms/interface.py`` and
+``device_mixin.py``; the older releases of the window get their own hook
+names from ``versions.platform_compat()`` (placed first in the bases, so it
+wraps ours) and a capabilities stand-in from ``versions.make_capabilities``.
+``get_device`` returns a string because callers split it on ``:``. Kunlun is
+never called ``xpu`` (that string selects Intel XPU defaults in SGLang).
 """
 
 from __future__ import annotations
@@ -14,10 +16,14 @@ from typing import Optional
 
 import torch
 from sglang.srt.platforms.device_mixin import DeviceMixin, PlatformEnum
-from sglang.srt.platforms.interface import PlatformCapabilities, SRTPlatform
+from sglang.srt.platforms.interface import SRTPlatform
 
 from . import dev_mode
 from .install import ATTENTION_BACKEND, DISPATCH_KEY, install
+from .versions import make_capabilities, platform_compat
+
+# The hooks the installed SGLang calls under older names (empty on 0.5.23).
+_SGLangCompat = platform_compat()
 
 logger = logging.getLogger("kunlun_triton.sglang_plugin")
 
@@ -159,6 +165,11 @@ class _KunlunSRTPlatformBase(SRTPlatform):
         install("platform")
 
     def apply_server_args_defaults(self, server_args) -> None:
+        # Also the general plugin's scope: SGLang skips general plugins of a
+        # distribution that has a platform entry point not named by
+        # SGLANG_PLATFORM (srt/plugins: _get_excluded_dists), and ours has two
+        # names (kunlun, kunlun_triton). Idempotent where it did run.
+        install("plugin")
         from .defaults import apply_defaults
 
         apply_defaults(self, server_args)
@@ -195,7 +206,7 @@ def device_graphs_available(target_name: str) -> bool:
     return False
 
 
-class KunlunPlatform(KunlunDeviceMixin, _KunlunSRTPlatformBase):
+class KunlunPlatform(KunlunDeviceMixin, _SGLangCompat, _KunlunSRTPlatformBase):
     """A Kunlun card (or a GPU, with ``KUNLUN_TRITON_TARGET=cuda|hip``)."""
 
     def __init__(self) -> None:
@@ -203,7 +214,7 @@ class KunlunPlatform(KunlunDeviceMixin, _KunlunSRTPlatformBase):
         from kunlun_triton.runtime import current_target
 
         graphs = device_graphs_available(current_target().name)
-        self.capabilities = PlatformCapabilities(supports_triton=True, graph_capture=graphs)
+        self.capabilities = make_capabilities(supports_triton=True, graph_capture=graphs)
 
     def get_graph_runner_cls(self):
         """SGLang's decode graph runner: our attention backend implements the
@@ -213,14 +224,14 @@ class KunlunPlatform(KunlunDeviceMixin, _KunlunSRTPlatformBase):
         return DecodeCudaGraphRunner
 
 
-class KunlunDevPlatform(KunlunDevDeviceMixin, _KunlunSRTPlatformBase):
+class KunlunDevPlatform(KunlunDevDeviceMixin, _SGLangCompat, _KunlunSRTPlatformBase):
     """CPU development mode. SGLang's own small Triton kernels (allocator,
     request-table writes) stay on their torch paths: they were decorated at
     import time, possibly before TRITON_INTERPRET was set, so they would try a
     GPU. Ours are imported lazily, after it is set. No device graphs on the
     host: decode runs eagerly (``--disable-cuda-graph`` is forced)."""
 
-    capabilities = PlatformCapabilities(supports_triton=False, graph_capture=False)
+    capabilities = make_capabilities(supports_triton=False, graph_capture=False)
 
     def __init__(self) -> None:
         super().__init__()

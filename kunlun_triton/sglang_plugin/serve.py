@@ -178,7 +178,10 @@ def serve_main(argv=None) -> int:
 
     from sglang.srt.plugins import load_plugins
 
+    from . import register
+
     load_plugins()
+    register()  # SGLang skips it with SGLANG_PLATFORM set (we have two platform names); idempotent
     import threading
 
     from sglang.launch_server import run_server

@@ -1,7 +1,9 @@
 """`kunlun-triton doctor`: what this machine runs, and is every op right?
 
-Prints the detected target and why, the device count, torch and Triton
-versions, then for every op (each spec's doctor inputs, see
+Prints the detected target and why, the device count, the torch, Triton,
+SGLang and Python it found and whether each is inside the supported window
+(``kunlun_triton/sglang_plugin/versions.py``; reading it imports no SGLang),
+then for every op (each spec's doctor inputs, see
 `kunlun_triton.ops.spec`) and the KV allocator: which implementation ran,
 the error against its torch reference on a small input, and the time per
 call. Exits 1 when a check is wrong or raises.
@@ -45,9 +47,34 @@ def run_check(check: OpCheck, repeat: int) -> dict:
     return row
 
 
-def header_lines() -> list[str]:
+def version_lines() -> list[str]:
+    """torch, Triton, SGLang and Python: the version found, and whether it is
+    inside the supported window (a vendor build is named as it reports itself)."""
     import triton
 
+    from ..sglang_plugin import versions
+
+    found = {
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "sglang": versions.installed_version("sglang"),
+        "python": platform.python_version(),
+    }
+    lines = []
+    for name, got in found.items():
+        window = versions.window_text(name)
+        if got is None:
+            verdict = f"not installed (the plugin supports {window})"
+        else:
+            inside = "inside" if versions.in_window(name, got) else "OUTSIDE"
+            verdict = f"{got} ({inside} the window {window})"
+        if name == "python":
+            verdict += f" on {platform.machine()}"
+        lines.append(f"{name + ':':<14}{verdict}")
+    return lines
+
+
+def header_lines() -> list[str]:
     import kunlun_triton
 
     target = current_target()
@@ -55,9 +82,7 @@ def header_lines() -> list[str]:
         f"target:       {target.name} ({target.arch or 'unknown arch'})",
         f"why:          {target.reason}",
         f"device:       {target.device_type} x {kunlun_triton.device_count()}",
-        f"torch:        {torch.__version__}",
-        f"triton:       {triton.__version__}",
-        f"python:       {platform.python_version()} on {platform.machine()}",
+        *version_lines(),
     ]
 
 
