@@ -113,12 +113,10 @@ def teacher_forced(engine, prompts: list, forced: list) -> list:
     result = []
     for p, f, out in zip(prompts, forced, outs):
         tops = out["meta_info"]["input_top_logprobs"]
-        # entry j is the distribution over input token (start + j) given the tokens before it;
-        # start = len(p) - 1, whose entry (the prompt's last token) SGLang leaves empty
-        steps = [_top(t) for t in tops[1:1 + len(f)]]
-        if len(steps) < len(f):  # the last forced token is predicted by the output step
-            steps.append(_top(out["meta_info"]["output_top_logprobs"][0]))
-        result.append(steps)
+        # SGLang 0.5.23 (logprob_result_processor.py): [None] + the distribution computed at
+        # each position from start on, the last (sampling) one dropped; so entry j predicts
+        # input token start + j: with start = len(p) - 1, entries 1..len(f) are the forced ones
+        result.append([_top(t) for t in tops[1:1 + len(f)]])
     return result
 
 

@@ -28,6 +28,8 @@ an fp16 copy of a Hugging Face checkpoint into a new directory::
   gives new files (source modes are not copied).
 
 Needs the ``safetensors`` package (``pip install kunlun-triton[tools]``).
+``--from-gguf FILE`` converts a llama.cpp GGUF file instead: see
+gguf_checkpoint.py.
 """
 
 from __future__ import annotations
