@@ -93,12 +93,13 @@ def main(argv=None) -> int:
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(model_path)
-    if chat and tokenizer.chat_template:
+    templated = chat and bool(tokenizer.chat_template)  # the template adds the special tokens itself
+    if templated:
         texts = [tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=False,
                                                add_generation_prompt=True) for p in prompts]
     else:
         texts = prompts
-    input_ids = [tokenizer(t, add_special_tokens=not chat)["input_ids"] for t in texts]
+    input_ids = [tokenizer(t, add_special_tokens=not templated)["input_ids"] for t in texts]
 
     _say("importing SGLang (about 30 s on a small CPU)")
     import sglang

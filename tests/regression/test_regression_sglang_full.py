@@ -21,8 +21,9 @@ from kunlun_triton.sglang_plugin.regress import CASES, encode, run_cases, teache
 pytestmark = pytest.mark.regression
 
 N_CONV, TURNS, NEW = 4, 3, 6
-# top-1 agreement with float32 (teacher-forced, 4 cases x 16 tokens), measured in the
-# interpreter: see docs/models.md. The floors leave a few flips of margin.
+# top-1 agreement with float32 (teacher-forced, 4 cases x 16 tokens). PROVISIONAL: not yet
+# measured (the full form has not run on this branch; bf16 stores in the interpreter round
+# toward zero until issue 28's rounding fix lands); replace with measured values minus margin.
 AGREEMENT_FLOOR = {"bfloat16": 0.80, "float16": 0.90}
 
 

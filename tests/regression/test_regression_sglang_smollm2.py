@@ -99,10 +99,10 @@ def test_golden_file(runs):
     """The committed golden file (kunlun-triton regress --record): same prompt ids, same
     tokens, top-5 logprobs within tolerance. A change that alters outputs shows as a diff."""
     golden = json.loads(GOLDEN.read_text())
-    assert golden["dtype"] == "float32" and set(runs) <= set(golden["cases"])
-    n = min(NEW, golden["max_new_tokens"])  # the file holds 8 tokens per case
-    for name, run in runs.items():
-        want = golden["cases"][name]
+    assert golden["dtype"] == "float32" and {"english", "chinese", "code"} <= set(golden["cases"])
+    n = min(NEW, golden["max_new_tokens"])  # the file holds the quick cases x 8 tokens
+    for name in [c for c in runs if c in golden["cases"]]:
+        run, want = runs[name], golden["cases"][name]
         assert run["input_ids"] == want["input_ids"], name
         assert run["output_ids"][:n] == want["output_ids"][:n], name
         assert compare_top5(want["top5"][:n], run["top5"][:n], GOLDEN_ATOL, name) == []
