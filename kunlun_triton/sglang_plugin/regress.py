@@ -165,6 +165,25 @@ def compare(golden: dict, engine, tokenizer, atol: float) -> list:
     return problems
 
 
+def dump_golden(data: dict) -> str:
+    """JSON with one line per list (prompt ids, output ids, each step's top-5), so a
+    change that alters outputs reads as a short diff."""
+    lines = ["{"]
+    for key, value in data.items():
+        if key != "cases":
+            lines.append(f" {json.dumps(key)}: {json.dumps(value, ensure_ascii=False)},")
+    lines.append(' "cases": {')
+    for i, (name, case) in enumerate(data["cases"].items()):
+        lines.append(f"  {json.dumps(name)}: {{")
+        fields = [f"   {json.dumps(k)}: {json.dumps(v)}" for k, v in case.items() if k != "top5"]
+        steps = ",\n".join(f"    {json.dumps(step)}" for step in case["top5"])
+        fields.append(f'   "top5": [\n{steps}\n   ]')
+        lines.append(",\n".join(fields))
+        lines.append("  }" + ("," if i + 1 < len(data["cases"]) else ""))
+    lines += [" }", "}"]
+    return "\n".join(lines) + "\n"
+
+
 def start_engine(model_path: str, dtype: str, tp_size: int = 1, **kwargs):
     os.environ.setdefault("SGLANG_PLATFORM", "kunlun")
     os.environ.setdefault("SGLANG_CUDA_COREDUMP_BEFORE_CRASH_WAIT_SECS", "0")
@@ -209,7 +228,7 @@ def main(argv=None) -> int:
             data = {"model": Path(args.model_path).name, "dtype": args.dtype, "tp_size": args.tp_size,
                     "sglang": sglang.__version__, "max_new_tokens": args.max_new_tokens, "top": TOP,
                     "note": "ttft_s/tpot_s are information, never compared", "cases": cases}
-            golden_path.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n")
+            golden_path.write_text(dump_golden(data))
             for n, c in cases.items():
                 print(f"{n}: {tokenizer.decode(c['output_ids'])!r} (TTFT {c['ttft_s']} s, TPOT {c['tpot_s']} s)")
             print(f"wrote {golden_path}")
