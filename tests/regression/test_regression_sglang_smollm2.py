@@ -48,14 +48,16 @@ def test_checkpoint_equals_transformers_gguf_loader(smollm2):
     every tensor bitwise, the tokenizer and chat template the same."""
     import torch
     from safetensors.torch import load_file
-    from transformers import AutoTokenizer
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
     from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
 
     from kunlun_triton.tools.models import MODELS, cache_root
 
     gguf_file = cache_root() / "downloads" / Path(MODELS["smollm2"].member).name
     ours = load_file(str(Path(smollm2) / "model.safetensors"))
-    theirs = load_gguf_checkpoint(str(gguf_file), return_tensors=True)["tensors"]
+    with torch.device("meta"):  # transformers maps GGUF names through a model's; no weights needed
+        skeleton = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(smollm2))
+    theirs = load_gguf_checkpoint(str(gguf_file), return_tensors=True, model_to_load=skeleton)["tensors"]
     assert set(ours) == set(theirs)  # tied embeddings: no lm_head in either
     for name, tensor in theirs.items():
         assert torch.equal(ours[name], torch.as_tensor(tensor).float()), name
