@@ -26,10 +26,11 @@ pytestmark = pytest.mark.regression
 GOLDEN = Path(__file__).parent / "golden" / "smollm2-fp32.json"
 CASES = ["english", "chinese", "code"] + (["long_system"] if FULL else [])
 NEW = 16 if FULL else 4
-# |logprob(ours) - logprob(HF)| in nats, float32: measured max 2.7e-4 over the quick cases
-# (teacher-forced and free-running); fp32 op tolerances are ~1e-5 relative per op, over 30 layers
-LOGPROB_ATOL = 5e-3
-GOLDEN_ATOL = 5e-3  # same machine class and kernels as the recording: the same bound as against HF
+# |logprob(ours) - logprob(HF)| in nats, float32: measured max 3.8e-5 over the golden file's
+# 3 cases x 8 steps x top-5 (SGLang greedy in the interpreter vs HF eager on prompt + those
+# tokens); the bound leaves 25x for other CPUs' summation orders
+LOGPROB_ATOL = 1e-3
+GOLDEN_ATOL = 1e-3  # same kernels as the recording: the same bound as against HF
 
 
 @pytest.fixture(scope="module")
