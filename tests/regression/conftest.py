@@ -35,6 +35,7 @@ class HFOracle:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         self.torch = torch
+        self._greedy = {}
         self.tokenizer = AutoTokenizer.from_pretrained(path)
         self.model = AutoModelForCausalLM.from_pretrained(
             path, dtype=dtype or torch.float32, attn_implementation="eager").eval()
@@ -47,7 +48,14 @@ class HFOracle:
         return torch.log_softmax(logits, dim=-1)
 
     def greedy(self, ids, max_new_tokens):
-        """Greedy continuation (no EOS stop) and the log-softmax that chose each token."""
+        """Greedy continuation (no EOS stop) and the log-softmax that chose each token
+        (remembered: several tests ask for the same prompts)."""
+        key = (tuple(ids), max_new_tokens)
+        if key not in self._greedy:
+            self._greedy[key] = self._decode(ids, max_new_tokens)
+        return self._greedy[key]
+
+    def _decode(self, ids, max_new_tokens):
         torch = self.torch
         ids, out, steps = list(ids), [], []
         with torch.no_grad():
