@@ -1,4 +1,4 @@
-"""`kunlun-triton` command line: doctor, bench, tune, inspect, convert-weights, serve."""
+"""`kunlun-triton` command line: doctor, bench, tune, inspect, convert-weights, models, regress, serve."""
 
 from __future__ import annotations
 
@@ -92,7 +92,11 @@ def build_parser() -> argparse.ArgumentParser:
         ("tune", "kunlun_triton.tools.tune", "main", "search launch configs and write autotune_configs/"),
         ("inspect", "kunlun_triton.tools.inspect_kernels", "main",
          "registers, spills, SASS per loop of an op's kernels on a target, ahead of time (vs SGLang's)"),
-        ("convert-weights", "kunlun_triton.tools.convert_weights", "main", "convert a safetensors checkpoint to fp16"),
+        ("convert-weights", "kunlun_triton.tools.convert_weights", "main",
+         "convert a safetensors checkpoint to fp16 (or a GGUF file to a safetensors checkpoint)"),
+        ("models", "kunlun_triton.tools.models", "main", "fetch a known real model (smollm2) and print its path"),
+        ("regress", "kunlun_triton.sglang_plugin.regress", "main",
+         "record a model's greedy outputs and top-5 logprobs as a golden file, or compare with one"),
         ("serve", "kunlun_triton.sglang_plugin.serve", "serve_main", "sglang.launch_server on the kunlun platform"),
     ):
         p = sub.add_parser(name, help=text, add_help=False)
@@ -104,7 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser()
-    if argv and argv[0] in ("tune", "inspect", "convert-weights", "serve"):
+    if argv and argv[0] in ("tune", "inspect", "convert-weights", "models", "regress", "serve"):
         # argparse's REMAINDER drops a leading option (`convert-weights --model-path ...`),
         # so these commands get their arguments untouched and parse them themselves
         args = parser.parse_args(argv[:1])

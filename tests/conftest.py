@@ -72,6 +72,9 @@ def pytest_configure(config):
         '(scripts/test.sh: -m "sglang or lowering")',
     )
     config.addinivalue_line(
+        "markers", "regression: the fixed-model suite in tests/regression (KUNLUN_TRITON_REGRESSION=full: all of it)"
+    )
+    config.addinivalue_line(
         "markers",
         "sglang_window: the oldest SGLang of the window next to the newest (CI stage sglang-window, "
         "KUNLUN_TRITON_OLD_SGLANG)",
@@ -102,6 +105,8 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "sglang" in item.path.name or "sglang" in item.path.parent.name:
             item.add_marker(pytest.mark.sglang)
+        if item.path.parent.name == "regression":
+            item.add_marker(pytest.mark.regression)
 
 
 def pytest_runtest_makereport(item, call):

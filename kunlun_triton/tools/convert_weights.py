@@ -28,6 +28,8 @@ an fp16 copy of a Hugging Face checkpoint into a new directory::
   gives new files (source modes are not copied).
 
 Needs the ``safetensors`` package (``pip install kunlun-triton[tools]``).
+``--from-gguf FILE`` converts a llama.cpp GGUF file instead: see
+gguf_checkpoint.py.
 """
 
 from __future__ import annotations
@@ -347,7 +349,9 @@ def _copy_the_rest(src: Path, work: Path, plan: Plan, target, total_size: int, r
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="kunlun-triton convert-weights", description=__doc__.split("\n\n")[0])
-    p.add_argument("--model-path", required=True, help="the source checkpoint directory (read only)")
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--model-path", help="the source checkpoint directory (read only)")
+    source.add_argument("--from-gguf", metavar="FILE", help="a llama.cpp GGUF file (read only): see gguf_checkpoint.py")
     p.add_argument("--output", required=True, help="a new directory for the converted checkpoint")
     p.add_argument("--dtype", default="fp16", choices=sorted(DTYPES))
     p.add_argument("--on-overflow", default="clamp", choices=("clamp", "refuse"),
@@ -358,6 +362,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    if args.from_gguf:
+        from .gguf_checkpoint import run
+
+        return run(args)
     try:
         report = convert(args.model_path, args.output, args.dtype, args.on_overflow, progress=not args.quiet)
     except ConvertError as exc:

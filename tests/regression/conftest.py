@@ -1,0 +1,103 @@
+"""Fixtures for the fixed-model regression suite (marker ``regression``).
+
+The model is SmolLM2-135M-Instruct from ``kunlun-triton models fetch
+smollm2`` (scripts/test.sh fetches it before the sglang stage; here fetch is
+a no-op when cached). The oracle is HF transformers, eager, float32, on the
+same checkpoint. ``KUNLUN_TRITON_REGRESSION=full`` adds the long system
+prompt, more tokens, the multi-turn matrix (page sizes, chunked prefill, cache
+off) and the bf16/fp16 checkpoints; the quick form (CI) is a small slice.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from kt_regression_support import FULL
+
+# The full-only files are not collected in the quick form (a deselection, never a skip).
+collect_ignore_glob = [] if FULL else ["*_full.py"]
+
+
+@pytest.fixture(scope="session")
+def smollm2():
+    """The float32 SmolLM2 checkpoint's path (downloaded and converted once)."""
+    from kunlun_triton.tools.models import fetch
+
+    return str(fetch("smollm2", "fp32", progress=False))
+
+
+class HFOracle:
+    """HF transformers, eager float32: greedy ids and per-step log-softmax."""
+
+    def __init__(self, path, dtype=None):
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self.torch = torch
+        self._greedy = {}
+        self.tokenizer = AutoTokenizer.from_pretrained(path)
+        self.model = AutoModelForCausalLM.from_pretrained(
+            path, dtype=dtype or torch.float32, attn_implementation="eager").eval()
+
+    def logprobs(self, ids):
+        """log_softmax over the vocabulary at every position of `ids` (float32)."""
+        torch = self.torch
+        with torch.no_grad():
+            logits = self.model(torch.tensor([list(ids)])).logits[0].float()
+        return torch.log_softmax(logits, dim=-1)
+
+    def greedy(self, ids, max_new_tokens):
+        """Greedy continuation (no EOS stop) and the log-softmax that chose each token
+        (remembered: several tests ask for the same prompts)."""
+        key = (tuple(ids), max_new_tokens)
+        if key not in self._greedy:
+            self._greedy[key] = self._decode(ids, max_new_tokens)
+        return self._greedy[key]
+
+    def _decode(self, ids, max_new_tokens):
+        torch = self.torch
+        ids, out, steps = list(ids), [], []
+        with torch.no_grad():
+            for _ in range(max_new_tokens):
+                lp = torch.log_softmax(self.model(torch.tensor([ids])).logits[0, -1].float(), dim=-1)
+                nxt = int(torch.argmax(lp))
+                out.append(nxt)
+                steps.append(lp)
+                ids.append(nxt)
+        return out, steps
+
+
+@pytest.fixture(scope="session")
+def hf_smollm2(smollm2):
+    return HFOracle(smollm2)
+
+
+class Engines:
+    """One sglang.Engine alive at a time (a start is a minute or more on 2 cores)."""
+
+    def __init__(self):
+        self.key, self.engine = None, None
+
+    def get(self, path, **kwargs):
+        from kunlun_triton.sglang_plugin.regress import start_engine
+
+        key = (str(path), tuple(sorted(kwargs.items())))
+        if key != self.key:
+            self.close()
+            self.engine = start_engine(str(path), **{"dtype": "float32", **kwargs})
+            self.key = key
+        return self.engine
+
+    def close(self):
+        if self.engine is not None:
+            engine, self.engine, self.key = self.engine, None, None
+            engine.shutdown()
+
+
+@pytest.fixture(scope="session")
+def engines():
+    os.environ.setdefault("SGLANG_CUDA_COREDUMP_BEFORE_CRASH_WAIT_SECS", "0")
+    cache = Engines()
+    yield cache
+    cache.close()
