@@ -97,11 +97,14 @@ def _forced(name: str) -> Target:
 
 def _fix_interpreter() -> None:
     """The interpreter target runs kernels as devices do: bf16 casts round to
-    nearest even (`testing.interpreter_bf16`; the interpreter truncates).
+    nearest even (`testing.interpreter_bf16`; the interpreter truncates), and
+    without the interpreter's per-launch waste (`testing.interpreter_speed`).
     Patches only Triton's interpreter module: compiled targets never see it."""
     from ..testing.interpreter_bf16 import round_bf16_to_nearest_even
+    from ..testing.interpreter_speed import speed_up_interpreter
 
     round_bf16_to_nearest_even()
+    speed_up_interpreter()
 
 
 @functools.lru_cache(maxsize=1)

@@ -13,13 +13,25 @@ the running kernel (what the repeat would do anyway); calls needing another
 module still patch. It also turns the interpreter's integer-overflow
 sanitiser off unless ``debug`` is on, as compiled kernels have it: it
 recomputes every 32-bit integer add and multiply in int64 for an assert that
-only debug mode checks (hash arithmetic wraps on purpose). Call it once
-(tests do, in a conftest) with ``TRITON_INTERPRET=1``.
+only debug mode checks (hash arithmetic wraps on purpose). And the patch a
+launch does need costs about 1 ms instead of 15: which members of each
+language module are builtins is found once (``inspect.getmembers`` per
+launch was 17% of a SmolLM2 decode step), the patching itself is unchanged.
+
+`skip_host_copies()`: a launch whose tensors are all CPU tensors (the
+interpreter target) runs on them as they are: the interpreter otherwise
+re-views every argument and, after the grid, copies each argument's whole
+storage onto itself (a KV pool layer per attention launch).
+
+`speed_up_interpreter()` installs both; `kunlun_triton.runtime` does when it
+selects the interpreter target, so tests, serving and tools all run with
+them (``TRITON_INTERPRET=1``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import inspect
 
 
 class _NoScope:
@@ -63,7 +75,27 @@ def skip_repeated_patching() -> bool:
             if not state["active"]:
                 state["patched"] = set()
 
+    real_builtin = getattr(interpreter, "_patch_builtin", None)
+    patch_attr = getattr(interpreter, "_patch_attr", None)
+    # Which members of each module Triton patches are builtins, looked up
+    # now, while nothing is patched (a patched member is a lambda, no builtin).
+    patched_pkgs = [tl, tl.core, tl.tensor, getattr(tl, "math", None), getattr(tl.core, "tensor_descriptor_base", None)]
+    builtins = {
+        id(pkg): (pkg, [(n, m) for n, m in inspect.getmembers(pkg) if tl.core.is_builtin(m)])
+        for pkg in patched_pkgs
+        if pkg is not None
+    }
+
+    def patch_builtin(pkg, builder, scope):
+        known = builtins.get(id(pkg))
+        if known is None or known[0] is not pkg:
+            return real_builtin(pkg, builder, scope)
+        for name, member in known[1]:
+            patch_attr(pkg, name, member, builder, scope)
+
     interpreter._patch_lang = patch_lang
+    if real_builtin is not None and patch_attr is not None:
+        interpreter._patch_builtin = patch_builtin
     executor.__call__ = call
     builder = getattr(interpreter, "interpreter_builder", None)
     options = getattr(builder, "options", None)
@@ -71,3 +103,48 @@ def skip_repeated_patching() -> bool:
         builder.options = dataclasses.replace(options, sanitize_overflow=False)
     interpreter._kunlun_fast_patch = True
     return True
+
+
+def _host_tensor(arg) -> bool:
+    if isinstance(arg, tuple):
+        return all(_host_tensor(a) for a in arg)
+    if not hasattr(arg, "data_ptr"):
+        return True
+    import torch
+
+    return type(arg) is torch.Tensor and arg.device.type == "cpu"
+
+
+def skip_host_copies() -> bool:
+    """Run launches on their CPU tensors in place; False where this Triton's
+    interpreter does not have the expected shape (then nothing is changed)."""
+    try:
+        from triton.runtime import interpreter
+    except Exception:
+        return False
+    executor = getattr(interpreter, "GridExecutor", None)
+    if executor is None or not hasattr(executor, "_init_args_hst") or not hasattr(executor, "_restore_args_dev"):
+        return False
+    if getattr(executor, "_kunlun_in_place", False):
+        return True
+    real_init, real_restore = executor._init_args_hst, executor._restore_args_dev
+
+    def init_args_hst(self, args_dev, kwargs):
+        if all(map(_host_tensor, args_dev)) and all(map(_host_tensor, kwargs.values())):
+            return list(args_dev), dict(kwargs)  # already on the host: the very tensors
+        return real_init(self, args_dev, kwargs)
+
+    def restore_args_dev(self, args_dev, args_hst, kwargs, kwargs_hst):
+        if all(a is h for a, h in zip(args_dev, args_hst)) and all(kwargs[k] is kwargs_hst[k] for k in kwargs):
+            return  # ran on the tensors themselves: nothing to copy back
+        real_restore(self, args_dev, args_hst, kwargs, kwargs_hst)
+
+    executor._init_args_hst = init_args_hst
+    executor._restore_args_dev = restore_args_dev
+    executor._kunlun_in_place = True
+    return True
+
+
+def speed_up_interpreter() -> bool:
+    """Both speed-ups; True when both are installed."""
+    return skip_repeated_patching() & skip_host_copies()

@@ -93,6 +93,10 @@ class AttentionPlan:
     min_split_tokens: int  # decode split policy (see decode_attention)
     target_programs: int
     max_kv_splits: int
+    # decode: with one split per request, stage 1 writes the output itself
+    # and the merge is not launched (the interpreter's plan: one launch
+    # fewer per layer; compiled targets keep one kernel specialization)
+    direct_single_split: bool
     load_ignores_other: bool
     launch: dict
 
@@ -122,6 +126,7 @@ def attention_plan(op: str, config: dict, dtype, head_dim: int, v_dim: int, grou
         min_split_tokens=max(int(config.get("MIN_SPLIT_TOKENS", 4 * block_n)), 1),
         target_programs=max(int(config.get("TARGET_PROGRAMS", 64)), 1),
         max_kv_splits=max(int(config.get("MAX_KV_SPLITS", 16)), 1),
+        direct_single_split=bool(config.get("DIRECT_SINGLE_SPLIT", 0)),
         load_ignores_other=capabilities().load_ignores_other,
         launch=run_keywords(launch_options(config)),
     )
