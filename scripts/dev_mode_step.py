@@ -8,7 +8,8 @@ over 3 KV heads of 64, MLP 1536, vocab 49152), batch 3 at a context of 48
 tokens, in bf16: per layer fused_add_rms_norm, rotary_embedding, store_kv,
 decode_attention, fused_add_rms_norm, silu_and_mul; then the final norm and
 greedy. The GEMMs (torch on the CPU) are left out: this measures our side.
-Prints launches, programs and milliseconds per op and per launch.
+Prints launches, programs and CPU milliseconds (this process's, so a busy
+shared machine skews them less than wall time) per op and per launch.
 
     TRITON_INTERPRET=1 python scripts/dev_mode_step.py
     TRITON_INTERPRET=1 python scripts/dev_mode_step.py --profile 25   # + cProfile's top 25
@@ -75,9 +76,9 @@ def main(argv=None) -> int:
 
     def timed(op, fn):
         current["op"] = op
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         fn()
-        stats[op][2] += time.perf_counter() - t0
+        stats[op][2] += time.process_time() - t0
 
     def step():
         workspace = ops.decode_workspace(bs, heads, kv_heads, dim, dim, "cpu")
@@ -92,7 +93,7 @@ def main(argv=None) -> int:
                                                                    sm_scale, workspace=workspace))  # fmt: skip
             timed("fused_add_rms_norm", lambda: ops.fused_add_rms_norm(x, residual, w, 1e-5))
             timed("silu_and_mul", lambda: ops.silu_and_mul(gate_up))
-        timed("rms_norm", lambda: ops.fused_add_rms_norm(x, residual, w, 1e-5))
+        timed("final norm", lambda: ops.fused_add_rms_norm(x, residual, w, 1e-5))
         timed("greedy", lambda: ops.greedy(logits))
 
     step()  # warm-up: rewrites, config lookups
@@ -103,19 +104,20 @@ def main(argv=None) -> int:
 
         profiler = cProfile.Profile()
         profiler.enable()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     for _ in range(args.steps):
         step()
-    total = (time.perf_counter() - t0) / args.steps
+    wall, total = (time.perf_counter() - t0) / args.steps, (time.process_time() - c0) / args.steps
     if profiler:
         profiler.disable()
     n = args.steps
-    print(f"one decode step: {total * 1e3:.0f} ms ({layers} layers, batch {bs}, context {args.context}, bf16)")
-    print(f"{'op':22s} {'launches':>8s} {'programs':>8s} {'ms/step':>8s} {'ms/launch':>9s}")
+    print(f"one decode step: {total * 1e3:.0f} ms CPU, {wall * 1e3:.0f} ms wall "
+          f"({layers} layers, batch {bs}, context {args.context}, bf16; load {os.getloadavg()[0]:.1f})")
+    print(f"{'op':22s} {'launches':>8s} {'programs':>8s} {'cpu ms/step':>11s} {'ms/launch':>9s}")
     launches = 0
     for op, (count, programs, secs) in sorted(stats.items(), key=lambda kv: -kv[1][2]):
         launches += count
-        print(f"{op:22s} {count // n:8d} {programs // n:8d} {secs / n * 1e3:8.1f} {secs / max(count, 1) * 1e3:9.2f}")
+        print(f"{op:22s} {count // n:8d} {programs // n:8d} {secs / n * 1e3:11.1f} {secs / max(count, 1) * 1e3:9.2f}")
     print(f"launches per step {launches // n}, per layer {launches / n / layers:.2f}; "
           f"{total / max(launches / n, 1) * 1e3:.2f} ms per launch")
     if profiler:
