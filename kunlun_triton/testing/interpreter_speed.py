@@ -53,8 +53,13 @@ def skip_repeated_patching() -> bool:
     tl = interpreter.tl
     state = {"active": 0, "patched": set()}
 
+    langs: dict = {}  # function -> ids of the language modules its globals name
+
     def langs_of(fn):
-        return {id(v) for v in fn.__globals__.values() if v is tl or v is tl.core}
+        found = langs.get(fn)
+        if found is None:
+            found = langs[fn] = {id(v) for v in fn.__globals__.values() if v is tl or v is tl.core}
+        return found
 
     def patch_lang(fn):
         if state["active"]:
