@@ -86,7 +86,7 @@ def count_bytes(args) -> list[dict]:
     from kunlun_triton.ops.sampling import reference as ref
     from kunlun_triton.introspect.interpreter_counts import count_loads
 
-    from kunlun_triton.introspect.interpreter_speed import skip_repeated_patching
+    from kunlun_triton.runtime.interpreter_speed import skip_repeated_patching
 
     skip_repeated_patching()
     vocab, batch = args.vocab, args.batch

@@ -12,7 +12,7 @@ tests; imports nothing beyond torch and triton.
   compiled kernel.
 - `paged`: paged KV pools and decode/extend argument sets (SGLang's layout).
 - `interpreter_counts`: bytes loaded and programs launched under the Triton
-  interpreter; `interpreter_speed`: skip the interpreter's repeated patching.
+  interpreter (its speed-ups and bf16 rounding live in `runtime`, installed with the interpreter target).
 
 Tests' comparison helpers (tolerances, `assert_close`, `assert_lowers`) are
 in `kunlun_triton.testing`.

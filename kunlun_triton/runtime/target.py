@@ -84,6 +84,8 @@ def _forced(name: str) -> Target:
             f"KUNLUN_TRITON_TARGET={name!r} is not a target; expected one of {', '.join(TARGET_NAMES)}"
         )
     device = "cpu" if name in ("interpreter", "torch") else "cuda"
+    if name == "interpreter":
+        _fix_interpreter()
     arch = env_str("KUNLUN_TRITON_ARCH", "p800" if name == "kunlun" else ("cpu" if device == "cpu" else ""))
     if name in ("cuda", "hip") and not env_str("KUNLUN_TRITON_ARCH"):
         import torch
@@ -91,6 +93,18 @@ def _forced(name: str) -> Target:
         if torch.cuda.is_available():
             arch = _gpu_arch(torch)
     return Target(name, arch, device, "forced by KUNLUN_TRITON_TARGET")
+
+
+def _fix_interpreter() -> None:
+    """The interpreter target runs kernels as devices do: bf16 casts round to
+    nearest even (`interpreter_bf16`; the interpreter truncates), and
+    without the interpreter's per-launch waste (`interpreter_speed`).
+    Patches only Triton's interpreter module: compiled targets never see it."""
+    from .interpreter_bf16 import round_bf16_to_nearest_even
+    from .interpreter_speed import speed_up_interpreter
+
+    round_bf16_to_nearest_even()
+    speed_up_interpreter()
 
 
 @functools.lru_cache(maxsize=1)
@@ -105,6 +119,7 @@ def detect_target() -> Target:
     import torch
 
     if interpreter_enabled():
+        _fix_interpreter()
         return Target("interpreter", "cpu", "cpu", "TRITON_INTERPRET=1")
     if torch.cuda.is_available():
         if getattr(torch.version, "hip", None):

@@ -14,6 +14,9 @@ over all keys is the lse-weighted mean of the splits,
 
     o = sum_s e^(lse_s - M) o_s / sum_s e^(lse_s - M),   M = max_s lse_s.
 
+With one split per request and ``DIRECT_SINGLE_SPLIT`` in the config (the
+interpreter's plan), stage 1 writes `o` itself and stage 2 is not launched.
+
 Split counts are decided on the device, per request, from its length and
 two run-time integers (never constexprs, so neither batch size nor context
 length ever recompiles a kernel, and a CUDA graph can replay any lengths):
@@ -381,14 +384,25 @@ def decode_attention(
     else:
         part_out, part_lse, split_tokens = workspace.part_out, workspace.part_lse, workspace.split_tokens
         max_splits = part_out.shape[2]
+    if max_splits == 1 and plan.direct_single_split and o.is_contiguous():
+        # One split per request: its normalised output is the answer (the
+        # merge would scale it by e^0 / 1), so stage 1 stores it into `o`
+        # (row (b * q_heads + head) * 1 + 0 is o's row) and nothing merges.
+        # Requests without keys write nothing there: zeros, as the merge's.
+        o.zero_()
+        part_out = o
+        launch_merge = False
+    else:
+        launch_merge = True
     decode_partial_kernel.run(
         q, k_buffer, v_buffer, kv_indptr, kv_indices, part_out, part_lse,
         sm_scale, split_tokens, max_splits, q_heads,
         q.stride(0), q.stride(1), k_buffer.stride(0), k_buffer.stride(1), v_buffer.stride(0), v_buffer.stride(1),
         *launch.partial, grid=(batch, kv_heads * launch.head_blocks, max_splits), **plan.launch,
     )  # fmt: skip
-    decode_merge_kernel.run(
-        part_out, part_lse, o, kv_indptr, split_tokens, max_splits, q_heads, o.stride(0), o.stride(1),
-        *launch.merge, grid=(batch, kv_heads * launch.merge_head_blocks), **plan.launch,
-    )  # fmt: skip
+    if launch_merge:
+        decode_merge_kernel.run(
+            part_out, part_lse, o, kv_indptr, split_tokens, max_splits, q_heads, o.stride(0), o.stride(1),
+            *launch.merge, grid=(batch, kv_heads * launch.merge_head_blocks), **plan.launch,
+        )  # fmt: skip
     return o

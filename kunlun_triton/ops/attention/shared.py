@@ -93,6 +93,10 @@ class AttentionPlan:
     min_split_tokens: int  # decode split policy (see decode_attention)
     target_programs: int
     max_kv_splits: int
+    # decode: with one split per request, stage 1 writes the output itself
+    # and the merge is not launched (the interpreter's plan: one launch
+    # fewer per layer; compiled targets keep one kernel specialization)
+    direct_single_split: bool
     load_ignores_other: bool
     launch: dict
 
@@ -127,6 +131,7 @@ def attention_plan(op: str, config: dict, dtype, head_dim: int, v_dim: int, grou
         min_split_tokens=max(int(config["MIN_SPLIT_TOKENS"]), 1) if decode else 0,
         target_programs=max(int(config["TARGET_PROGRAMS"]), 1) if decode else 0,
         max_kv_splits=max(int(config["MAX_KV_SPLITS"]), 1) if decode else 0,
+        direct_single_split=bool(config["DIRECT_SINGLE_SPLIT"]) if decode else False,
         load_ignores_other=capabilities().load_ignores_other,
         launch=run_keywords(launch_options(config)),
     )

@@ -93,7 +93,7 @@ def test_fixed_split_tiles_are_batch_invariant(formulation):
     "make, pattern",
     [
         (lambda ws: ws.__class__(ws.part_out[:, :3], ws.part_lse[:, :3], ws.split_tokens), "part_out must be contiguous fp32"),
-        (lambda ws: ws.__class__(ws.part_out, ws.part_lse[..., :1], ws.split_tokens), "part_lse"),
+        (lambda ws: ws.__class__(ws.part_out, ws.part_lse[:1], ws.split_tokens), "part_lse"),  # any split count
         (lambda ws: ws.__class__(ws.part_out, ws.part_lse, 0), "split_tokens must be >= 1"),
     ],
 )
