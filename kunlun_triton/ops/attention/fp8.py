@@ -117,3 +117,22 @@ def encode_values(x, scale, KV_FORMAT: tl.constexpr):
         return x
     else:
         return fp32_to_fp8(tl.div_rn(x.to(tl.float32), scale), KV_FORMAT)
+
+
+# ---- host side: what the launchers share --------------------------------
+
+
+def check_kv_scales(op: str, pool_dtype, k_scale, v_scale) -> tuple[float, float]:
+    """(k_scale, v_scale) as the kernels take them: positive finite numbers
+    (None: 1.0, SGLang's value when the checkpoint has no scales). A scale
+    other than 1 is refused for a pool in the compute dtype (it would be
+    silently ignored)."""
+    from ..validation import require_number
+
+    scales = []
+    for name, scale in (("k_scale", k_scale), ("v_scale", v_scale)):
+        scale = 1.0 if scale is None else require_number(op, name, scale, above=0.0)
+        if scale != 1.0 and pool_dtype not in FP8_FORMATS:
+            raise ValueError(f"{op}: {name}={scale} applies to an fp8 KV pool only; the pool is {pool_dtype}")
+        scales.append(scale)
+    return scales[0], scales[1]

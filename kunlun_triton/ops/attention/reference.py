@@ -26,11 +26,26 @@ from __future__ import annotations
 import torch
 
 
-def store_kv(k, v, k_buffer, v_buffer, out_cache_loc) -> None:
-    """Write token t's K/V into slot out_cache_loc[t] of each pool (in place)."""
+FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
+
+
+def store_kv(k, v, k_buffer, v_buffer, out_cache_loc, k_scale=1.0, v_scale=1.0) -> None:
+    """Write token t's K/V into slot out_cache_loc[t] of each pool (in place);
+    an fp8 pool gets torch's cast of the fp32 k / k_scale (v / v_scale)."""
     loc = out_cache_loc.long()
-    k_buffer[loc] = k.to(k_buffer.dtype)
-    v_buffer[loc] = v.to(v_buffer.dtype)
+    for x, buffer, scale in ((k, k_buffer, k_scale), (v, v_buffer, v_scale)):
+        if buffer.dtype in FP8_DTYPES:  # index_put has no fp8 kernel: write the bytes
+            buffer.view(torch.uint8)[loc] = (x.float() / scale).to(buffer.dtype).view(torch.uint8)
+        else:
+            buffer[loc] = x.to(buffer.dtype)
+
+
+def dequantized(buffer, slots, scale=1.0):
+    """Rows `slots` of a pool as values: an fp8 pool's bytes decoded by torch
+    and times its scale, in fp32; any other pool as it is."""
+    if buffer.dtype in FP8_DTYPES:
+        return buffer.view(torch.uint8)[slots].view(buffer.dtype).float() * scale
+    return buffer[slots]
 
 
 def window_or_none(sliding_window) -> int | None:
