@@ -27,7 +27,10 @@ import torch
 import triton
 import triton.language as tl
 
+from ...runtime import FLOAT_DTYPES
+
 FP8_FORMATS = {torch.float8_e4m3fn: 1, torch.float8_e5m2: 2}  # KV_FORMAT constexpr; 0: not fp8
+KV_POOL_DTYPES = FLOAT_DTYPES + tuple(FP8_FORMATS)
 
 
 def kv_format(dtype) -> int:
@@ -120,6 +123,13 @@ def encode_values(x, scale, KV_FORMAT: tl.constexpr):
 
 
 # ---- host side: what the launchers share --------------------------------
+
+
+def check_pool_dtypes(op: str, compute_dtype, k_buffer, v_buffer) -> None:
+    """A KV pool holds the compute dtype or fp8, K and V alike."""
+    if k_buffer.dtype != v_buffer.dtype or (k_buffer.dtype != compute_dtype and k_buffer.dtype not in FP8_FORMATS):
+        raise ValueError(f"{op}: k_buffer ({k_buffer.dtype}) and v_buffer ({v_buffer.dtype}) must both be the "
+                         f"compute dtype ({compute_dtype}) or both one fp8 dtype (float8_e4m3fn, float8_e5m2)")
 
 
 def check_kv_scales(op: str, pool_dtype, k_scale, v_scale) -> tuple[float, float]:

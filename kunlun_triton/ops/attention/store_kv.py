@@ -19,16 +19,15 @@ from dataclasses import dataclass
 import triton
 import triton.language as tl
 
-from ...runtime import FLOAT_DTYPES, INDEX_DTYPES, capabilities, get_config, launch_options, plan_cache, use_triton
+from ...runtime import INDEX_DTYPES, capabilities, get_config, launch_options, plan_cache, use_triton
 from ..launch import constexpr_args, run_keywords
 from ..loads import masked_load
 from ..validation import check_slots, checked_mode, require_same, require_same_device, require_tensor
 from . import reference
-from .fp8 import FP8_FORMATS, check_kv_scales, encode_values, kernel_view, kv_format
+from .fp8 import KV_POOL_DTYPES, check_kv_scales, encode_values, kernel_view, kv_format
 from .shared import next_power_of_2
 
 OP = "store_kv"
-KV_POOL_DTYPES = FLOAT_DTYPES + tuple(FP8_FORMATS)
 
 
 @triton.jit
