@@ -100,6 +100,15 @@ def gather_kv_indices(req_to_token, req_pool_indices, lengths, total: int):
     return indptr.to(torch.int32), indices
 
 
+def _cached_rows(buffer, loc, scale, dtype):
+    """Rows `loc` of a pool as values in the compute dtype (an fp8 pool's
+    bytes decoded by torch, times its scale)."""
+    if buffer.dtype == dtype:
+        return buffer[loc]
+    values = buffer.view(torch.uint8)[loc].view(buffer.dtype).to(torch.float32)
+    return (values * (1.0 if scale is None else scale)).to(dtype)
+
+
 def _cpu_list_or(tensor, cpu_list):
     return list(cpu_list) if cpu_list is not None else tensor.tolist()
 
@@ -299,9 +308,10 @@ class KunlunTritonAttnBackend(AttentionBackend):
         heads, kv_heads = layer.tp_q_head_num, layer.tp_k_head_num
         o = q.new_empty((q.shape[0], heads * layer.v_head_dim))
         pool = self.token_to_kv_pool
-        if k is None and v is None:
-            k = pool.get_key_buffer(layer.layer_id)[forward_batch.out_cache_loc]
-            v = pool.get_value_buffer(layer.layer_id)[forward_batch.out_cache_loc]
+        if k is None and v is None:  # K/V shared from another layer's cache rows
+            k_scale, v_scale = self._scales(layer)
+            k = _cached_rows(pool.get_key_buffer(layer.layer_id), forward_batch.out_cache_loc, k_scale, q.dtype)
+            v = _cached_rows(pool.get_value_buffer(layer.layer_id), forward_batch.out_cache_loc, v_scale, q.dtype)
         elif save_kv_cache:
             self._store(layer, forward_batch, k, v, self.check)
         meta = self.forward_metadata

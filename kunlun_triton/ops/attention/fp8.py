@@ -57,9 +57,10 @@ def fp8_scaled(raw, scale, KV_FORMAT: tl.constexpr):
     if KV_FORMAT == 2:
         return ((raw.to(tl.uint16) << 8).to(tl.float16, bitcast=True)).to(tl.float32) * scale
     else:
-        b = raw.to(tl.int16)
-        half = (((b & 0x80) << 8) | ((b & 0x7F) << 7)).to(tl.float16, bitcast=True)
-        return tl.where((b & 0x7F) == 0x7F, float("nan"), half.to(tl.float32) * (scale * 256.0))
+        b = raw.to(tl.uint16)
+        magnitude = b & 0x7F
+        half = (((b & 0x80) << 8) | (magnitude << 7)).to(tl.float16, bitcast=True)
+        return tl.where(magnitude == 0x7F, float("nan"), half.to(tl.float32) * (scale * 256.0))
 
 
 @triton.jit
