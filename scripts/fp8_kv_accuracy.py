@@ -20,7 +20,10 @@ import os
 import sys
 import time
 
-os.environ.setdefault("KUNLUN_TRITON_BACKEND", "triton")  # measure the kernels, never a fallback
+# --backend torch: the same ops on their torch references (torch's float8 casts; the kernels
+# equal them: tests/ops/attention/test_fp8_*.py), minutes faster under the CPU interpreter.
+_backend = sys.argv[sys.argv.index("--backend") + 1] if "--backend" in sys.argv else "triton"
+os.environ["KUNLUN_TRITON_BACKEND"] = _backend  # triton: measure the kernels, never a fallback
 if "TRITON_INTERPRET" not in os.environ:
     import torch
 
@@ -77,6 +80,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="/work/models/smollm2-135m-instruct-bf16")
     parser.add_argument("--tokens", type=int, default=256)
+    parser.add_argument("--backend", choices=("triton", "torch"), default="triton",
+                        help="our Triton kernels (default) or the ops' torch references")
     args = parser.parse_args(argv)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -84,7 +89,7 @@ def main(argv=None) -> int:
     model = AutoModelForCausalLM.from_pretrained(args.model).eval()
     ids = tokenizer(TEXT * 4, return_tensors="pt")["input_ids"][:, : args.tokens]
     positions = ids.shape[1] - 1
-    print(f"{args.model}: {model.dtype}, {positions} teacher-forced positions")
+    print(f"{args.model}: {model.dtype}, {positions} teacher-forced positions, ops on {args.backend}")
     results = {}
     for label, pool_dtype in POOLS.items():
         start = time.time()
