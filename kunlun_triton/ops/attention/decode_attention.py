@@ -275,7 +275,8 @@ class DecodeLaunch:
     merge: tuple
 
 
-def _launch_plan(config, dtype, head_dim, v_dim, group, formulation, logit_cap, window, pool_i64, fmt=0) -> DecodeLaunch:
+def _launch_plan(config, dtype, head_dim, v_dim, group, formulation, logit_cap, window, pool_i64,
+                 fmt=0) -> DecodeLaunch:  # fmt: skip
     plan = _plan(config, dtype, head_dim, v_dim, group, formulation)
     head_blocks, merge_head_blocks = cdiv(group, plan.block_h), cdiv(group, plan.merge_block_h)
     partial = constexpr_args(

@@ -161,8 +161,8 @@ def extend_attention_unified(q_extend, o_extend, k_buffer, v_buffer, qo_indptr, 
         slots = _slots(kv_indptr, kv_indices, b)
         k_pos = torch.arange(slots.numel(), device=q_extend.device)
         q_pos = k_pos[slots.numel() - (q1 - q0):]
-        out[q0:q1] = attend(q_extend[q0:q1], dequantized(k_buffer, slots, k_scale), dequantized(v_buffer, slots, v_scale),
-                            q_pos, k_pos, sm_scale, logit_cap, sliding_window)  # fmt: skip
+        k, v = dequantized(k_buffer, slots, k_scale), dequantized(v_buffer, slots, v_scale)
+        out[q0:q1] = attend(q_extend[q0:q1], k, v, q_pos, k_pos, sm_scale, logit_cap, sliding_window)
     return o_extend.copy_(out)
 
 

@@ -153,7 +153,8 @@ def store_kv_kernels(shape, dtype, config):
     tokens, kv_heads, head_dim = shape["tokens"], shape["kv_heads"], shape["head_dim"]
     k, v = _meta(tokens, kv_heads, head_dim, dtype=dtype), _meta(tokens, kv_heads, head_dim, dtype=dtype)
     pool, pool_dtype = shape.get("slots", max(4 * tokens, 16)), _pool_dtype(shape, dtype)
-    k_buffer, v_buffer = _meta(pool, kv_heads, head_dim, dtype=pool_dtype), _meta(pool, kv_heads, head_dim, dtype=pool_dtype)
+    k_buffer = _meta(pool, kv_heads, head_dim, dtype=pool_dtype)
+    v_buffer = _meta(pool, kv_heads, head_dim, dtype=pool_dtype)
     loc = _meta(tokens, dtype=torch.int64)
     return meta_kernel_specs(lambda: store_kv(k, v, k_buffer, v_buffer, loc, check=False, config=config))
 

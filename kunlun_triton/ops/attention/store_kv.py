@@ -165,7 +165,10 @@ def store_kv(k, v, k_buffer, v_buffer, out_cache_loc, check: bool = True, *, k_s
         return
     k_dim, v_dim = k.shape[2], v.shape[2]
     fmt = kv_format(k_buffer.dtype)
-    plan = _cached_plan(tokens, heads, k_dim, v_dim, fmt) if config is None else _copy_plan(heads, k_dim, v_dim, config, fmt)
+    if config is None:
+        plan = _cached_plan(tokens, heads, k_dim, v_dim, fmt)
+    else:
+        plan = _copy_plan(heads, k_dim, v_dim, config, fmt)
     store_kv_kernel.run(
         k, v, kernel_view(k_buffer), kernel_view(v_buffer), out_cache_loc, tokens, k.stride(0), k.stride(1),
         v.stride(0), v.stride(1), k_buffer.stride(0), k_buffer.stride(1), v_buffer.stride(0), v_buffer.stride(1),
