@@ -35,6 +35,8 @@ The two-stream split costs nothing extra per key; unified mode reads the
 new tokens' slot ids too (4 bytes a key).
 """
 
+import dataclasses
+
 import torch
 import triton
 import triton.language as tl
@@ -327,6 +329,8 @@ def _launch_plan(config, dtype, head_dim, v_dim, group, formulation, logit_cap, 
     if config is None:
         config = get_config(OP, head_dim=head_dim, group=group)
     plan = attention_plan(OP, config, dtype, head_dim, v_dim, group, formulation)
+    if fmt and config.get("FP8_KV_BLOCK_N"):  # the decoded fp8 tiles need registers of their own
+        plan = dataclasses.replace(plan, block_n=max(int(config["FP8_KV_BLOCK_N"]), 16 if plan.use_dot else 1))
     constexprs = constexpr_args(
         extend_kernel, GROUP=group, HEAD_DIM=head_dim, V_DIM=v_dim, BLOCK_M=plan.block_m, BLOCK_N=plan.block_n,
         BLOCK_D=plan.block_d, BLOCK_DPE=plan.block_dpe, BLOCK_DV=plan.block_dv, LOGIT_CAP=logit_cap, WINDOW=window,

@@ -280,5 +280,5 @@ SPECS = [
            extend_shapes, bench_dtype=torch.float16, tune_candidates=extend_candidates,
            tune_shapes=extend_tune_shapes, tune_keep=extend_keep, tolerance_scale=2, x_axis="prefix_len",
            kernels=extend_attention_kernels,
-           config_keys={"formulation": FORMULATION, "BLOCK_M": TILE, "BLOCK_N": TILE}),
+           config_keys={"formulation": FORMULATION, "BLOCK_M": TILE, "BLOCK_N": TILE, "FP8_KV_BLOCK_N": TILE}),
 ]  # fmt: skip
