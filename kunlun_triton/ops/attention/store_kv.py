@@ -28,6 +28,7 @@ from .fp8 import KV_POOL_DTYPES, check_kv_scales, encode_values, kernel_view, kv
 from .shared import next_power_of_2
 
 OP = "store_kv"
+FP8_ENCODE_VALUES = 4096  # values a program encodes per column chunk into an fp8 pool (at most)
 
 
 @triton.jit
@@ -109,6 +110,8 @@ class CopyPlan:
 def _copy_plan(heads: int, k_dim: int, v_dim: int, config: dict, fmt: int = 0) -> CopyPlan:
     per_program = int(config.get("TOKENS_PER_PROGRAM", 4))
     block_c = min(next_power_of_2(heads * max(k_dim, v_dim)), int(config.get("MAX_BLOCK_C", 1024)))
+    if fmt:  # the fp8 encoder's temporaries: 16 x 1024 values a program spill 744 B on sm_90, 4 x 1024 none
+        block_c = max(min(block_c, 1 << (max(FP8_ENCODE_VALUES // per_program, 1).bit_length() - 1)), 16)
     constexprs = constexpr_args(store_kv_kernel, HEADS=heads, K_DIM=k_dim, V_DIM=v_dim, TOKENS_PER_PROGRAM=per_program,
                                 BLOCK_C=block_c, LOAD_IGNORES_OTHER=capabilities().load_ignores_other,
                                 KV_FORMAT=fmt)  # fmt: skip
