@@ -6,13 +6,16 @@ bytes (a ``uint8`` view); `KV_FORMAT` (a constexpr: 0 = the pool is in the
 compute dtype, 1 = e4m3fn, 2 = e5m2) picks the codec at compile time, so
 the bf16/fp16 kernels compile exactly as before.
 
-Decode (byte b -> fp32, exact):
+Decode (byte b -> fp32, exact), through an fp16 made of the byte's bits and
+one fp16 -> fp32 conversion (exact, subnormals included, on every target):
 
-    e5m2:   b is the high byte of an fp16:  fp16_bits = b << 8
-    e4m3fn: s = b >> 7, e = (b >> 3) & 15, m = b & 7
-            e > 0:  fp32_bits = s << 31 | (e + 120) << 23 | m << 20   (bias 7 -> 127)
-            e = 0:  (-1)^s * m * 2**-9                                (subnormals, +-0)
-            b & 0x7f = 0x7f: NaN                                      (no infinities)
+    e5m2:   fp16_bits = b << 8                                 (the fp16's high byte)
+    e4m3fn: fp16_bits = (b & 0x80) << 8 | (b & 0x7f) << 7,  value = 256 * fp16
+            (sign, exponent and mantissa in fp16's fields: bias 15 instead of 7,
+            so normals and subnormals alike come out 2**-8 times the value;
+            the same as fp32 bits s << 31 | (e + 120) << 23 | m << 20 for
+            normals and m * 2**-9 for subnormals)
+            b & 0x7f = 0x7f: NaN                               (no infinities)
 
 Encode (fp32 x -> byte), torch's CPU casts bit for bit: round to nearest
 even on the integer bits (a = |x|'s bits; normals keep the top 3 (e4m3) or
