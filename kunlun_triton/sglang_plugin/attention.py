@@ -41,7 +41,12 @@ view). The latent is stored with ``store_kv`` (latent and rope parts).
 
 Not supported (a clear error, not a wrong answer): speculative decoding
 (target verify / draft extend), encoder and cross attention, quantized or
-non-NHD KV caches.
+non-NHD KV caches other than fp8.
+
+An fp8 KV cache (``--kv-cache-dtype fp8_e4m3 | fp8_e5m2``) is written by
+``store_kv``'s integer encoder and read by the kernels' integer decoder, with
+the layer's k_scale / v_scale (1.0 when the checkpoint has none): no FP8
+type or hardware on any target.
 """
 
 from __future__ import annotations
@@ -56,7 +61,7 @@ from sglang.srt.mem_cache.memory_pool import KVWriteLoc
 
 from ..runtime.env import env_int
 from . import dev_mode
-from .kv_pool import plain_mla_pool, plain_pool, store_kv_into_pool, store_latent_into_pool
+from .kv_pool import accepts_values, fp8_pool, plain_mla_pool, plain_pool, store_kv_into_pool, store_latent_into_pool
 
 
 @dataclass
@@ -93,6 +98,15 @@ def gather_kv_indices(req_to_token, req_pool_indices, lengths, total: int):
     cols = torch.arange(total, dtype=torch.int64, device=device) - starts
     indices = req_to_token[rows, cols].to(torch.int32)
     return indptr.to(torch.int32), indices
+
+
+def _cached_rows(buffer, loc, scale, dtype):
+    """Rows `loc` of a pool as values in the compute dtype (an fp8 pool's
+    bytes decoded by torch, times its scale)."""
+    if buffer.dtype == dtype:
+        return buffer[loc]
+    values = buffer.view(torch.uint8)[loc].view(buffer.dtype).to(torch.float32)
+    return (values * (1.0 if scale is None else scale)).to(dtype)
 
 
 def _cpu_list_or(tensor, cpu_list):
@@ -135,13 +149,13 @@ class KunlunTritonAttnBackend(AttentionBackend):
         self.use_mla = bool(getattr(model_runner, "use_mla_backend", False))
         if self.use_mla and not plain_mla_pool(self.token_to_kv_pool):
             raise NotImplementedError(
-                "kunlun_triton attention serves MLA models with an unquantized latent KV cache "
-                f"(got {type(self.token_to_kv_pool).__name__}); use --kv-cache-dtype auto"
+                "kunlun_triton attention serves MLA models with a latent KV cache in the model dtype or fp8 "
+                f"(got {type(self.token_to_kv_pool).__name__}); use --kv-cache-dtype auto, fp8_e4m3 or fp8_e5m2"
             )
         if not self.use_mla and not plain_pool(self.token_to_kv_pool):
             raise NotImplementedError(
-                "kunlun_triton attention needs an unquantized NHD MHA KV cache "
-                f"(got {type(self.token_to_kv_pool).__name__}); use --kv-cache-dtype auto"
+                "kunlun_triton attention needs an NHD MHA KV cache in the model dtype or fp8 "
+                f"(got {type(self.token_to_kv_pool).__name__}); use --kv-cache-dtype auto, fp8_e4m3 or fp8_e5m2"
             )
 
     # -- metadata --------------------------------------------------------
@@ -260,19 +274,30 @@ class KunlunTritonAttnBackend(AttentionBackend):
             raise NotImplementedError("kunlun_triton attention: encoder / cross attention is not supported")
         return cap, window
 
+    def _scales(self, layer):
+        """(k_scale, v_scale) of an fp8 pool as the kernels take them: the
+        checkpoint's per-layer floats, None (1.0) without; MLA's V is part of
+        the latent row, stored with k_scale."""
+        if not fp8_pool(self.token_to_kv_pool) or getattr(layer, "k_scale_float", None) is None:
+            return None, None
+        if self.use_mla:
+            return layer.k_scale_float, layer.k_scale_float
+        return layer.k_scale_float, layer.v_scale_float
+
     def _store(self, layer, forward_batch, k, v, check):
         pool = self.token_to_kv_pool
         loc = forward_batch.out_cache_loc
+        k_scale, v_scale = self._scales(layer)
         if self.use_mla:  # the latent row (K); V is a view of it
-            if k.dtype == pool.dtype and k.shape[-1] == pool.kv_cache_dim:
-                store_latent_into_pool(pool, layer.layer_id, loc, k, check=check)
+            if accepts_values(pool, k) and k.shape[-1] == pool.kv_cache_dim:
+                store_latent_into_pool(pool, layer.layer_id, loc, k, check=check, k_scale=k_scale)
             else:
                 pool.set_kv_buffer(layer, KVWriteLoc.for_batch(forward_batch), k, v)
             return
-        if plain_pool(pool) and k.dtype == pool.dtype and v.dtype == pool.dtype:
-            store_kv_into_pool(pool, layer.layer_id, loc, k, v, check=check)
+        if plain_pool(pool) and accepts_values(pool, k, v):
+            store_kv_into_pool(pool, layer.layer_id, loc, k, v, check=check, k_scale=k_scale, v_scale=v_scale)
         else:
-            pool.set_kv_buffer(layer, KVWriteLoc.for_batch(forward_batch), k, v)
+            pool.set_kv_buffer(layer, KVWriteLoc.for_batch(forward_batch), k, v, k_scale, v_scale)
 
     # -- forward -----------------------------------------------------------
 
@@ -283,9 +308,10 @@ class KunlunTritonAttnBackend(AttentionBackend):
         heads, kv_heads = layer.tp_q_head_num, layer.tp_k_head_num
         o = q.new_empty((q.shape[0], heads * layer.v_head_dim))
         pool = self.token_to_kv_pool
-        if k is None and v is None:
-            k = pool.get_key_buffer(layer.layer_id)[forward_batch.out_cache_loc]
-            v = pool.get_value_buffer(layer.layer_id)[forward_batch.out_cache_loc]
+        if k is None and v is None:  # K/V shared from another layer's cache rows
+            k_scale, v_scale = self._scales(layer)
+            k = _cached_rows(pool.get_key_buffer(layer.layer_id), forward_batch.out_cache_loc, k_scale, q.dtype)
+            v = _cached_rows(pool.get_value_buffer(layer.layer_id), forward_batch.out_cache_loc, v_scale, q.dtype)
         elif save_kv_cache:
             self._store(layer, forward_batch, k, v, self.check)
         meta = self.forward_metadata
@@ -298,6 +324,7 @@ class KunlunTritonAttnBackend(AttentionBackend):
             if meta.kv_indices.numel():
                 raise NotImplementedError("kunlun_triton attention: MLA multi-head extend over a cached prefix")
             k_buffer, v_buffer = k, v
+        k_scale, v_scale = self._scales(layer) if k_buffer.dtype != k.dtype else (None, None)
         ops.extend_attention(
             q.view(-1, heads, layer.qk_head_dim),
             k,
@@ -314,6 +341,8 @@ class KunlunTritonAttnBackend(AttentionBackend):
             sliding_window=window,
             check=self.check,
             unified_kv=self.deterministic,
+            k_scale=k_scale,
+            v_scale=v_scale,
         )
         return o
 
@@ -328,6 +357,7 @@ class KunlunTritonAttnBackend(AttentionBackend):
         check = self.check and not meta.graph_batch  # a graph never syncs on the host
         if save_kv_cache and k is not None and v is not None:
             self._store(layer, forward_batch, k, v, check)
+        k_scale, v_scale = self._scales(layer)
         dims = (heads, layer.tp_k_head_num, layer.qk_head_dim, layer.v_head_dim)
         workspace = meta.workspaces.get(dims)
         if workspace is None and meta.graph_batch:
@@ -348,5 +378,7 @@ class KunlunTritonAttnBackend(AttentionBackend):
             sliding_window=window,
             check=check,
             workspace=workspace,
+            k_scale=k_scale,
+            v_scale=v_scale,
         )
         return o

@@ -41,9 +41,12 @@ def _speculative(args, config):
     return f"speculative decoding (--speculative-algorithm {algo})" if algo else None
 
 
+FP8_KV_CACHE_DTYPES = ("fp8_e4m3", "fp8_e5m2")  # decoded with integer ops: every target serves them
+
+
 def _quantized_kv(args, config):
     dtype = getattr(args, "kv_cache_dtype", "auto") or "auto"
-    if dtype in ("auto", "bfloat16", "float16", "float32"):
+    if dtype in ("auto", "bfloat16", "float16", "float32") + FP8_KV_CACHE_DTYPES:
         return None
     return f"a quantized KV cache (--kv-cache-dtype {dtype})"
 
@@ -75,8 +78,8 @@ class Unsupported:
 UNSUPPORTED = (
     Unsupported("speculative decoding", _speculative,
                 "drop --speculative-algorithm (kunlun_triton attention has no target-verify / draft-extend path)"),
-    Unsupported("quantized KV cache", _quantized_kv,
-                "use --kv-cache-dtype auto (the KV cache in the model's dtype)"),
+    Unsupported("quantized KV cache other than fp8", _quantized_kv,
+                "use --kv-cache-dtype auto (the KV cache in the model's dtype), fp8_e4m3 or fp8_e5m2"),
     Unsupported("sparse MLA (DSA)", _sparse_mla,
                 "serve it with --attention-backend torch_native, or on a GPU with SGLang's own backends"),
     Unsupported("attention sinks", _attention_sinks,

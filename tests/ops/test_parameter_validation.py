@@ -80,11 +80,15 @@ BAD = {  # (op, argument): values it must refuse
     (_decode, "sliding_window"): [-2, 1.5, NAN, "4", True, np.float64(4.0)],
     (_decode, "num_kv_splits"): [0, -1, 2.5, NAN, "2", True],
     (_decode, "formulation"): ["tensor_core", "DOT", 1, ["dot"]],
+    (_decode, "k_scale"): [0.0, -1.0, NAN, INF, "1", [1.0], True, 2.0],  # 2.0: the pool is not fp8
+    (_decode, "v_scale"): [-0.5, NAN, "1"],
     (_extend, "sm_scale"): [0.0, -1.0, *BAD_NUMBER],
     (_extend, "logit_cap"): [-0.5, NAN, "x"],
     (_extend, "sliding_window"): [-5, 2.0, "1"],
     (_extend, "max_len_extend"): [-1, 2.5, NAN, "8", None, True, 4],  # 4: a request extends by 5
     (_extend, "formulation"): ["tensor_core", 0],
+    (_extend, "k_scale"): [0.0, INF, "x", 0.5],  # 0.5: the pool is not fp8
+    (_extend, "v_scale"): [-1.0, NAN, True],
     (_fused_experts, "formulation"): ["tensor_core", 2],
     (_fused_experts, "activation"): ["relu", None],
     (_moe_topk, "top_k"): [0, -1, 2.5, NAN, "2", 9],

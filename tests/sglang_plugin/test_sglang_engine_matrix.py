@@ -94,7 +94,7 @@ def _refusals(path, moe: bool) -> list[str]:
 
     base = dict(model_path=path, speculative_algorithm=None, kv_cache_dtype="auto")
     tries = [("speculative decoding", {"speculative_algorithm": "EAGLE"}),
-             ("quantized KV cache", {"kv_cache_dtype": "fp8_e4m3"})]  # fmt: skip
+             ("quantized KV cache other than fp8", {"kv_cache_dtype": "mxfp8"})]  # fmt: skip
     assert {key for key, _ in tries} <= {entry.key for entry in UNSUPPORTED}
     arch = model_config(path)["architectures"][0]
     refused = []
@@ -183,15 +183,15 @@ def test_readme_table_lists_exactly_the_matrix_and_its_refusal_notes():
 
 
 def test_an_unsupported_option_fails_at_start_up_not_mid_request(tiny_model):
-    """A quantized KV cache is refused while the server arguments are set up,
+    """A quantized KV cache other than fp8 (mxfp8) is refused while the server arguments are set up,
     in this process: our own exception type reaches the caller (an error in a
     scheduler process would arrive as SGLang's child-process failure)."""
     from kt_sglang_support import start_engine
 
     from kunlun_triton.sglang_plugin.support import UnsupportedFeature
 
-    with pytest.raises(UnsupportedFeature, match=r"DeepseekV2ForCausalLM .*--kv-cache-dtype fp8_e4m3.*auto"):
-        start_engine(tiny_model("deepseek_v2"), kv_cache_dtype="fp8_e4m3")
+    with pytest.raises(UnsupportedFeature, match=r"DeepseekV2ForCausalLM .*--kv-cache-dtype mxfp8.*auto"):
+        start_engine(tiny_model("deepseek_v2"), kv_cache_dtype="mxfp8")
 
 
 @pytest.mark.parametrize("arch", ["qwen3_moe", "mixtral"])

@@ -19,7 +19,7 @@ def _model(tmp_path, **config):
     ({"index_topk": 2048}, {}, r"SomeForCausalLM .*DeepSeek sparse attention.*torch_native"),
     ({"model_type": "gpt_oss"}, {}, r"attention sinks.*torch_native"),
     ({}, {"speculative_algorithm": "EAGLE"}, r"--speculative-algorithm EAGLE.*drop"),
-    ({}, {"kv_cache_dtype": "fp8_e5m2"}, r"--kv-cache-dtype fp8_e5m2.*auto"),
+    ({}, {"kv_cache_dtype": "mxfp8"}, r"--kv-cache-dtype mxfp8.*auto"),
     ({"kv_lora_rank": 512}, {"enable_deterministic_inference": True}, r"deterministic inference on an MLA model"),
 ])  # fmt: skip
 def test_unsupported_features_are_refused_with_model_feature_and_fix(tmp_path, config, args, match):

@@ -58,6 +58,7 @@ from ..validation import (
 )
 from . import reference
 from .decode_splits import DecodeWorkspace, _plan, check_workspace, split_policy
+from .fp8 import check_kv_scales, check_pool_dtypes, kernel_view, kv_format, kv_values
 from .shared import AttentionPlan, check_formulation, check_kv_pool, cdiv, needs_int64, window_constexpr
 from .tiles import finish_rows, load_tile, online_softmax_update, scale_and_cap, scores
 
@@ -83,10 +84,13 @@ def decode_tile(q, q_pe, m_i, l_i, acc, kv_row_ptr, k_head_ptr, v_head_ptr, n0, 
                 vb_stride_s, offs_d, offs_dpe, offs_dv, d_mask, dpe_mask, dv_mask, BLOCK_N: tl.constexpr,
                 MASK_N: tl.constexpr, MASK_D: tl.constexpr, MASK_DPE: tl.constexpr, MASK_DV: tl.constexpr,
                 BLOCK_DPE: tl.constexpr, LOGIT_CAP: tl.constexpr, USE_DOT: tl.constexpr, DOT_FP32: tl.constexpr,
-                POOL_I64: tl.constexpr, LOAD_IGNORES_OTHER: tl.constexpr):  # fmt: skip
+                POOL_I64: tl.constexpr, LOAD_IGNORES_OTHER: tl.constexpr, k_scale, v_scale,
+                KV_FORMAT: tl.constexpr):  # fmt: skip
     """Fold keys n0 .. n0 + BLOCK_N (those below `hi` when MASK_N) into the
     running softmax of the group's heads. A split head dim (BLOCK_DPE > 0)
-    scores as q[:BLOCK_D].k[:BLOCK_D] + q_pe.k[BLOCK_D:] (MLA: latent + rope)."""
+    scores as q[:BLOCK_D].k[:BLOCK_D] + q_pe.k[BLOCK_D:] (MLA: latent + rope).
+    An fp8 pool's bytes (KV_FORMAT > 0) are decoded after the load, times
+    k_scale / v_scale (`fp8.kv_values`); KV_FORMAT 0 adds no code."""
     offs_n = n0 + tl.arange(0, BLOCK_N)
     n_mask = offs_n < hi
     if MASK_N:
@@ -97,16 +101,19 @@ def decode_tile(q, q_pe, m_i, l_i, acc, kv_row_ptr, k_head_ptr, v_head_ptr, n0, 
         slot = slot.to(tl.int64)
     k_t = load_tile(k_head_ptr + offs_d[:, None] + slot[None, :] * kb_stride_s, d_mask, n_mask, MASK_D, MASK_N,
                     LOAD_IGNORES_OTHER)  # fmt: skip
+    k_t = kv_values(k_t, k_scale, q, KV_FORMAT, USE_DOT, DOT_FP32)
     s = scores(q, k_t, USE_DOT, DOT_FP32)
     if BLOCK_DPE > 0:
         kpe_t = load_tile(k_head_ptr + offs_dpe[:, None] + slot[None, :] * kb_stride_s, dpe_mask, n_mask, MASK_DPE,
                           MASK_N, LOAD_IGNORES_OTHER)  # fmt: skip
+        kpe_t = kv_values(kpe_t, k_scale, q, KV_FORMAT, USE_DOT, DOT_FP32)
         s += scores(q_pe, kpe_t, USE_DOT, DOT_FP32)
     s = scale_and_cap(s, sm_scale, LOGIT_CAP)
     if MASK_N:
         s = tl.where(n_mask[None, :], s, float("-inf"))
     v = load_tile(v_head_ptr + slot[:, None] * vb_stride_s + offs_dv[None, :], n_mask, dv_mask, MASK_N, MASK_DV,
                   LOAD_IGNORES_OTHER)  # fmt: skip
+    v = kv_values(v, v_scale, q, KV_FORMAT, USE_DOT, DOT_FP32)
     return online_softmax_update(s, v, m_i, l_i, acc, USE_DOT, DOT_FP32)
 
 
@@ -129,6 +136,8 @@ def decode_partial_kernel(
     kb_stride_h,
     vb_stride_s,
     vb_stride_h,
+    k_scale,
+    v_scale,
     GROUP: tl.constexpr,
     HEAD_DIM: tl.constexpr,
     V_DIM: tl.constexpr,
@@ -144,6 +153,7 @@ def decode_partial_kernel(
     DOT_FP32: tl.constexpr,
     POOL_I64: tl.constexpr,
     LOAD_IGNORES_OTHER: tl.constexpr,
+    KV_FORMAT: tl.constexpr,
 ):
     b = tl.program_id(0)
     kv_head = tl.program_id(1) // HEAD_BLOCKS  # program 1 axis: (kv head, block of its group's heads)
@@ -184,7 +194,7 @@ def decode_partial_kernel(
                                     kb_stride_s, vb_stride_s, offs_d, offs_dpe, offs_dv, d_mask, dpe_mask, dv_mask,
                                     BLOCK_N, False, BLOCK_D > HEAD_DIM, BLOCK_D + BLOCK_DPE > HEAD_DIM,
                                     BLOCK_DV != V_DIM, BLOCK_DPE, LOGIT_CAP, USE_DOT, DOT_FP32, POOL_I64,
-                                    LOAD_IGNORES_OTHER)  # fmt: skip
+                                    LOAD_IGNORES_OTHER, k_scale, v_scale, KV_FORMAT)  # fmt: skip
     # The ragged last tile, as a loop of at most one trip: Triton pipelines a
     # loop's loads into shared memory, where a straight-line tile after the
     # loop would stage them in registers (126 registers instead of 64 on sm_90).
@@ -193,7 +203,7 @@ def decode_partial_kernel(
                                     kb_stride_s, vb_stride_s, offs_d, offs_dpe, offs_dv, d_mask, dpe_mask, dv_mask,
                                     BLOCK_N, True, BLOCK_D > HEAD_DIM, BLOCK_D + BLOCK_DPE > HEAD_DIM,
                                     BLOCK_DV != V_DIM, BLOCK_DPE, LOGIT_CAP, USE_DOT, DOT_FP32, POOL_I64,
-                                    LOAD_IGNORES_OTHER)  # fmt: skip
+                                    LOAD_IGNORES_OTHER, k_scale, v_scale, KV_FORMAT)  # fmt: skip
 
     lse = tl.where(l_i == 0.0, float("-inf"), m_i + tl.log(tl.where(l_i == 0.0, 1.0, l_i)))
     row = (b.to(tl.int64) * num_q_heads + heads) * max_splits + split  # [BLOCK_H]
@@ -268,14 +278,15 @@ class DecodeLaunch:
     merge: tuple
 
 
-def _launch_plan(config, dtype, head_dim, v_dim, group, formulation, logit_cap, window, pool_i64) -> DecodeLaunch:
+def _launch_plan(config, dtype, head_dim, v_dim, group, formulation, logit_cap, window, pool_i64,
+                 fmt=0) -> DecodeLaunch:  # fmt: skip
     plan = _plan(config, dtype, head_dim, v_dim, group, formulation)
     head_blocks, merge_head_blocks = cdiv(group, plan.block_h), cdiv(group, plan.merge_block_h)
     partial = constexpr_args(
         decode_partial_kernel, GROUP=group, HEAD_DIM=head_dim, V_DIM=v_dim, BLOCK_H=plan.block_h,
         HEAD_BLOCKS=head_blocks, BLOCK_D=plan.block_d, BLOCK_DPE=plan.block_dpe, BLOCK_DV=plan.block_dv,
         BLOCK_N=plan.block_n, LOGIT_CAP=logit_cap, WINDOW=window, USE_DOT=plan.use_dot, DOT_FP32=plan.dot_fp32,
-        POOL_I64=pool_i64, LOAD_IGNORES_OTHER=plan.load_ignores_other)  # fmt: skip
+        POOL_I64=pool_i64, LOAD_IGNORES_OTHER=plan.load_ignores_other, KV_FORMAT=fmt)  # fmt: skip
     merge = constexpr_args(
         decode_merge_kernel, GROUP=group, V_DIM=v_dim, BLOCK_H=plan.merge_block_h, HEAD_BLOCKS=merge_head_blocks,
         BLOCK_DV=plan.merge_block_dv, BLOCK_N=plan.block_n, WINDOW=window,
@@ -294,7 +305,8 @@ def _validate(q, k_buffer, v_buffer, o, kv_indptr, kv_indices, workspace):
     require_tensor(OP, "kv_indptr", kv_indptr, dtypes=INDEX_DTYPES, ndim=1)
     require_tensor(OP, "kv_indices", kv_indices, dtypes=INDEX_DTYPES, ndim=1)
     group = check_kv_pool(OP, q.shape[1], q.shape[2], k_buffer, v_buffer, "q")
-    require_same(OP, "dtypes", q=q.dtype, k_buffer=k_buffer.dtype, v_buffer=v_buffer.dtype, o=o.dtype)
+    require_same(OP, "dtypes", q=q.dtype, o=o.dtype)
+    check_pool_dtypes(OP, q.dtype, k_buffer, v_buffer)
     require_same(OP, "o's shape and (batch, q heads, v head dim)", o=tuple(o.shape), expected=(q.shape[0], q.shape[1], v_buffer.shape[2]))
     require_same_device(OP, q=q, k_buffer=k_buffer, v_buffer=v_buffer, o=o, kv_indptr=kv_indptr, kv_indices=kv_indices)
     if workspace is not None:
@@ -320,6 +332,8 @@ def decode_attention(
     *,
     split_tile_size: int | None = None,
     workspace: DecodeWorkspace | None = None,
+    k_scale: float | None = None,
+    v_scale: float | None = None,
     config: dict | None = None,
 ) -> torch.Tensor:
     """Attention of one new token per request over its cached keys; writes `o`.
@@ -332,7 +346,9 @@ def decode_attention(
     kv_heads (MHA, GQA, MQA). `logit_cap` > 0 applies cap * tanh(s / cap);
     `sliding_window` is SGLang's sliding_window_size (the query sees itself
     and the `sliding_window` tokens before it). A request with no keys gets
-    zeros. Returns `o`.
+    zeros. Returns `o`. An fp8 pool (float8_e4m3fn / float8_e5m2, written
+    by `store_kv`) is decoded inside the loop with integer operations, its
+    values its bytes times `k_scale` / `v_scale` (1.0 by default).
 
     Splits (see the module docstring): the config's policy, at most
     `num_kv_splits` per request, or fixed tiles of `split_tile_size` keys
@@ -359,20 +375,24 @@ def decode_attention(
             split_tile_size = require_number(OP, "split_tile_size", split_tile_size, minimum=1, integer=True)
         if workspace is not None and (num_kv_splits or split_tile_size):
             raise ValueError(f"{OP}: a workspace brings its own split plan; drop num_kv_splits / split_tile_size")
+        k_scale, v_scale = check_kv_scales(OP, k_buffer.dtype, k_scale, v_scale)
         tensors = (q, k_buffer, v_buffer, o, kv_indptr, kv_indices)
     else:
         group = q.shape[1] // k_buffer.shape[1]
         sm_scale, logit_cap = float(sm_scale), float(logit_cap or 0.0)
         window = sliding_window if sliding_window is not None and sliding_window > 0 else 0
+        k_scale, v_scale = float(k_scale or 1.0), float(v_scale or 1.0)
         tensors = (q,)
     batch, q_heads, head_dim = q.shape
     if batch == 0:
         return o
     if not use_triton(OP, *tensors):
-        return reference.decode_attention(q, k_buffer, v_buffer, o, kv_indptr, kv_indices, sm_scale, logit_cap, window)
+        return reference.decode_attention(q, k_buffer, v_buffer, o, kv_indptr, kv_indices, sm_scale, logit_cap, window,
+                                          k_scale, v_scale)  # fmt: skip
 
     kv_heads, v_dim = k_buffer.shape[1], v_buffer.shape[2]
-    shape_class = (q.dtype, head_dim, v_dim, group, formulation, logit_cap, window, needs_int64(k_buffer, v_buffer))
+    shape_class = (q.dtype, head_dim, v_dim, group, formulation, logit_cap, window, needs_int64(k_buffer, v_buffer),
+                   kv_format(k_buffer.dtype))  # fmt: skip
     launch = _cached_launch_plan(*shape_class) if config is None else _launch_plan(config, *shape_class)
     plan = launch.plan
     if workspace is None:
@@ -395,10 +415,10 @@ def decode_attention(
     else:
         launch_merge = True
     decode_partial_kernel.run(
-        q, k_buffer, v_buffer, kv_indptr, kv_indices, part_out, part_lse,
+        q, kernel_view(k_buffer), kernel_view(v_buffer), kv_indptr, kv_indices, part_out, part_lse,
         sm_scale, split_tokens, max_splits, q_heads,
         q.stride(0), q.stride(1), k_buffer.stride(0), k_buffer.stride(1), v_buffer.stride(0), v_buffer.stride(1),
-        *launch.partial, grid=(batch, kv_heads * launch.head_blocks, max_splits), **plan.launch,
+        k_scale, v_scale, *launch.partial, grid=(batch, kv_heads * launch.head_blocks, max_splits), **plan.launch,
     )  # fmt: skip
     if launch_merge:
         decode_merge_kernel.run(

@@ -35,6 +35,8 @@ The two-stream split costs nothing extra per key; unified mode reads the
 new tokens' slot ids too (4 bytes a key).
 """
 
+import dataclasses
+
 import torch
 import triton
 import triton.language as tl
@@ -53,6 +55,7 @@ from ..validation import (
     require_tensor,
 )
 from . import reference
+from .fp8 import check_kv_scales, check_pool_dtypes, kernel_view, kv_format, kv_values
 from .shared import AttentionPlan, attention_plan, cdiv, check_formulation, check_kv_pool, needs_int64, window_constexpr
 from .tiles import (
     finish_rows,
@@ -73,11 +76,13 @@ def extend_tile(q, q_pe, m_i, l_i, acc, n0, hi, q_pos, index_ptr, row_base, k_he
                 v_stride, sm_scale, offs_d, offs_dpe, offs_dv, d_mask, dpe_mask, dv_mask, BLOCK_N: tl.constexpr, MASKED: tl.constexpr,
                 CAUSAL: tl.constexpr, WINDOW: tl.constexpr, PAGED: tl.constexpr, MASK_D: tl.constexpr, MASK_DPE: tl.constexpr,
                 BLOCK_DPE: tl.constexpr, MASK_DV: tl.constexpr, LOGIT_CAP: tl.constexpr, USE_DOT: tl.constexpr, DOT_FP32: tl.constexpr,
-                INDEX_I64: tl.constexpr, LOAD_IGNORES_OTHER: tl.constexpr, SCREEN_HIDDEN: tl.constexpr):  # fmt: skip
+                INDEX_I64: tl.constexpr, LOAD_IGNORES_OTHER: tl.constexpr, SCREEN_HIDDEN: tl.constexpr,
+                k_scale, v_scale, KV_FORMAT: tl.constexpr):  # fmt: skip
     """Fold keys n0 .. n0 + BLOCK_N of one stream into the block's softmax.
 
     A full tile (MASKED false) is seen whole by every query row: no masks.
-    A masked tile hides keys by `visibility`. With SCREEN_HIDDEN (the rerun
+    A masked tile hides keys by `visibility`. K/V of an fp8 pool
+    (KV_FORMAT > 0) are decoded after the load (`fp8.kv_values`). With SCREEN_HIDDEN (the rerun
     of a block that came out NaN, `extend_kernel`), where that leaves loaded
     keys some rows cannot see (CAUSAL, a WINDOW), a key whose value row
     holds an inf or NaN is loaded as zeros (its weight for a row that
@@ -89,17 +94,19 @@ def extend_tile(q, q_pe, m_i, l_i, acc, n0, hi, q_pos, index_ptr, row_base, k_he
     rows = stream_rows(index_ptr, row_base, offs_n, n_mask, PAGED, MASKED, INDEX_I64, LOAD_IGNORES_OTHER)
     k_t = load_tile(k_head_ptr + offs_d[:, None] + rows[None, :] * k_stride, d_mask, n_mask, MASK_D, MASKED,
                     LOAD_IGNORES_OTHER)  # fmt: skip
+    k_t = kv_values(k_t, k_scale, q, KV_FORMAT, USE_DOT, DOT_FP32)
     s = scores(q, k_t, USE_DOT, DOT_FP32)
     if BLOCK_DPE > 0:  # the tail of a split head dim (MLA's rope part)
         kpe_t = load_tile(k_head_ptr + offs_dpe[:, None] + rows[None, :] * k_stride, dpe_mask, n_mask, MASK_DPE,
                           MASKED, LOAD_IGNORES_OTHER)  # fmt: skip
+        kpe_t = kv_values(kpe_t, k_scale, q, KV_FORMAT, USE_DOT, DOT_FP32)
         s += scores(q_pe, kpe_t, USE_DOT, DOT_FP32)
     s = scale_and_cap(s, sm_scale, LOGIT_CAP)
     v_ptrs = v_head_ptr + rows[:, None] * v_stride + offs_dv[None, :]
     if MASKED:
         visible = visibility(q_pos, offs_n, n_mask, CAUSAL, WINDOW)
         if SCREEN_HIDDEN and (CAUSAL or WINDOW > 0):
-            poison = value_poison(v_ptrs, n_mask, dv_mask, MASK_DV, LOAD_IGNORES_OTHER)
+            poison = value_poison(v_ptrs, n_mask, dv_mask, MASK_DV, LOAD_IGNORES_OTHER, KV_FORMAT)
             s = tl.where(visible, s + poison[None, :], float("-inf"))
             v = load_tile(v_ptrs, n_mask & (poison == 0.0), dv_mask, True, MASK_DV, LOAD_IGNORES_OTHER)
         else:
@@ -107,6 +114,7 @@ def extend_tile(q, q_pe, m_i, l_i, acc, n0, hi, q_pos, index_ptr, row_base, k_he
             v = load_tile(v_ptrs, n_mask, dv_mask, True, MASK_DV, LOAD_IGNORES_OTHER)
     else:
         v = load_tile(v_ptrs, n_mask, dv_mask, False, MASK_DV, LOAD_IGNORES_OTHER)
+    v = kv_values(v, v_scale, q, KV_FORMAT, USE_DOT, DOT_FP32)
     m_i, l_i, acc = online_softmax_update(s, v, m_i, l_i, acc, USE_DOT, DOT_FP32)
     return m_i, l_i, acc
 
@@ -116,7 +124,8 @@ def extend_stream(q, q_pe, m_i, l_i, acc, lo, full_lo, full_hi, hi, q_pos, index
                   v_head_ptr, k_stride, v_stride, sm_scale, offs_d, offs_dpe, offs_dv, d_mask, dpe_mask, dv_mask, BLOCK_N: tl.constexpr,
                   CAUSAL: tl.constexpr, WINDOW: tl.constexpr, PAGED: tl.constexpr, MASK_D: tl.constexpr, MASK_DPE: tl.constexpr,
                   BLOCK_DPE: tl.constexpr, MASK_DV: tl.constexpr, LOGIT_CAP: tl.constexpr, USE_DOT: tl.constexpr, DOT_FP32: tl.constexpr,
-                  INDEX_I64: tl.constexpr, LOAD_IGNORES_OTHER: tl.constexpr, SCREEN_HIDDEN: tl.constexpr):  # fmt: skip
+                  INDEX_I64: tl.constexpr, LOAD_IGNORES_OTHER: tl.constexpr, SCREEN_HIDDEN: tl.constexpr,
+                  k_scale, v_scale, KV_FORMAT: tl.constexpr):  # fmt: skip
     """Keys [lo, hi) of one stream in tiles of BLOCK_N from lo: masked tiles
     up to the first tile inside [full_lo, full_hi) (a window's edge), full
     tiles while they stay inside it, masked tiles after (ragged end, causal
@@ -129,17 +138,20 @@ def extend_stream(q, q_pe, m_i, l_i, acc, lo, full_lo, full_hi, hi, q_pos, index
             m_i, l_i, acc = extend_tile(
                 q, q_pe, m_i, l_i, acc, n0, hi, q_pos, index_ptr, row_base, k_head_ptr, v_head_ptr, k_stride,
                 v_stride, sm_scale, offs_d, offs_dpe, offs_dv, d_mask, dpe_mask, dv_mask, BLOCK_N, True, CAUSAL, WINDOW, PAGED, MASK_D, MASK_DPE, BLOCK_DPE,
-                MASK_DV, LOGIT_CAP, USE_DOT, DOT_FP32, INDEX_I64, LOAD_IGNORES_OTHER, SCREEN_HIDDEN)  # fmt: skip
+                MASK_DV, LOGIT_CAP, USE_DOT, DOT_FP32, INDEX_I64, LOAD_IGNORES_OTHER, SCREEN_HIDDEN, k_scale, v_scale,
+                KV_FORMAT)  # fmt: skip
     for n0 in range(head_end, tail_start, BLOCK_N):
         m_i, l_i, acc = extend_tile(
             q, q_pe, m_i, l_i, acc, n0, hi, q_pos, index_ptr, row_base, k_head_ptr, v_head_ptr, k_stride,
             v_stride, sm_scale, offs_d, offs_dpe, offs_dv, d_mask, dpe_mask, dv_mask, BLOCK_N, False, CAUSAL, WINDOW, PAGED, MASK_D, MASK_DPE, BLOCK_DPE,
-            MASK_DV, LOGIT_CAP, USE_DOT, DOT_FP32, INDEX_I64, LOAD_IGNORES_OTHER, SCREEN_HIDDEN)  # fmt: skip
+            MASK_DV, LOGIT_CAP, USE_DOT, DOT_FP32, INDEX_I64, LOAD_IGNORES_OTHER, SCREEN_HIDDEN, k_scale, v_scale,
+            KV_FORMAT)  # fmt: skip
     for n0 in range(tail_start, hi, BLOCK_N):
         m_i, l_i, acc = extend_tile(
             q, q_pe, m_i, l_i, acc, n0, hi, q_pos, index_ptr, row_base, k_head_ptr, v_head_ptr, k_stride,
             v_stride, sm_scale, offs_d, offs_dpe, offs_dv, d_mask, dpe_mask, dv_mask, BLOCK_N, True, CAUSAL, WINDOW, PAGED, MASK_D, MASK_DPE, BLOCK_DPE,
-            MASK_DV, LOGIT_CAP, USE_DOT, DOT_FP32, INDEX_I64, LOAD_IGNORES_OTHER, SCREEN_HIDDEN)  # fmt: skip
+            MASK_DV, LOGIT_CAP, USE_DOT, DOT_FP32, INDEX_I64, LOAD_IGNORES_OTHER, SCREEN_HIDDEN, k_scale, v_scale,
+            KV_FORMAT)  # fmt: skip
     return m_i, l_i, acc
 
 
@@ -150,7 +162,8 @@ def attend_block(q, q_pe, offs_m, m0, m_last, prefix_len, q_start, kv_start, kv_
                  dpe_mask, dv_mask, HEAD_DIM: tl.constexpr, V_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                  BLOCK_D: tl.constexpr, BLOCK_DPE: tl.constexpr, BLOCK_DV: tl.constexpr, LOGIT_CAP: tl.constexpr,
                  WINDOW: tl.constexpr, USE_DOT: tl.constexpr, DOT_FP32: tl.constexpr, INDEX_I64: tl.constexpr,
-                 LOAD_IGNORES_OTHER: tl.constexpr, UNIFIED: tl.constexpr, SCREEN_HIDDEN: tl.constexpr):  # fmt: skip
+                 LOAD_IGNORES_OTHER: tl.constexpr, UNIFIED: tl.constexpr, SCREEN_HIDDEN: tl.constexpr,
+                 k_scale, v_scale, KV_FORMAT: tl.constexpr):  # fmt: skip
     """One online softmax of the block's rows over every key they see: (m, l, acc)."""
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
@@ -168,7 +181,7 @@ def attend_block(q, q_pe, offs_m, m0, m_last, prefix_len, q_start, kv_start, kv_
             kv_indices_ptr + kv_start, 0, k_buffer_ptr + kv_head * kb_stride_h, v_buffer_ptr + kv_head * vb_stride_h,
             kb_stride_s, vb_stride_s, sm_scale, offs_d, offs_dpe, offs_dv, d_mask, dpe_mask, dv_mask, BLOCK_N, True,
             WINDOW, True, BLOCK_D > HEAD_DIM, BLOCK_D + BLOCK_DPE > HEAD_DIM, BLOCK_DPE, BLOCK_DV != V_DIM, LOGIT_CAP,
-            USE_DOT, DOT_FP32, INDEX_I64, LOAD_IGNORES_OTHER, SCREEN_HIDDEN)  # fmt: skip
+            USE_DOT, DOT_FP32, INDEX_I64, LOAD_IGNORES_OTHER, SCREEN_HIDDEN, k_scale, v_scale, KV_FORMAT)  # fmt: skip
     else:
         # Stream 1: the cached prefix, keys at positions 0 .. prefix_len - 1; query
         # row m sits at position prefix_len + m.
@@ -180,7 +193,8 @@ def attend_block(q, q_pe, offs_m, m0, m_last, prefix_len, q_start, kv_start, kv_
             q, q_pe, m_i, l_i, acc, lo, full_lo, prefix_len, prefix_len, prefix_len + offs_m,
             kv_indices_ptr + kv_start, 0, k_buffer_ptr + kv_head * kb_stride_h, v_buffer_ptr + kv_head * vb_stride_h,
             kb_stride_s, vb_stride_s, sm_scale, offs_d, offs_dpe, offs_dv, d_mask, dpe_mask, dv_mask, BLOCK_N, False, WINDOW, True,
-            BLOCK_D > HEAD_DIM, BLOCK_D + BLOCK_DPE > HEAD_DIM, BLOCK_DPE, BLOCK_DV != V_DIM, LOGIT_CAP, USE_DOT, DOT_FP32, INDEX_I64, LOAD_IGNORES_OTHER, SCREEN_HIDDEN)  # fmt: skip
+            BLOCK_D > HEAD_DIM, BLOCK_D + BLOCK_DPE > HEAD_DIM, BLOCK_DPE, BLOCK_DV != V_DIM, LOGIT_CAP, USE_DOT, DOT_FP32, INDEX_I64, LOAD_IGNORES_OTHER, SCREEN_HIDDEN,
+            k_scale, v_scale, KV_FORMAT)  # fmt: skip
 
         # Stream 2: the new tokens themselves, causal: key n (at prefix_len + n) is
         # seen by rows m >= n; keys up to m0 by the whole block; none past m_last.
@@ -192,7 +206,8 @@ def attend_block(q, q_pe, offs_m, m0, m_last, prefix_len, q_start, kv_start, kv_
             q, q_pe, m_i, l_i, acc, lo, full_lo, m0 + 1, m_last + 1, offs_m, kv_indices_ptr, q_start,
             k_extend_ptr + kv_head * ke_stride_h, v_extend_ptr + kv_head * ve_stride_h, ke_stride_t, ve_stride_t,
             sm_scale, offs_d, offs_dpe, offs_dv, d_mask, dpe_mask, dv_mask, BLOCK_N, True, WINDOW, False, BLOCK_D > HEAD_DIM, BLOCK_D + BLOCK_DPE > HEAD_DIM, BLOCK_DPE,
-            BLOCK_DV != V_DIM, LOGIT_CAP, USE_DOT, DOT_FP32, INDEX_I64, LOAD_IGNORES_OTHER, SCREEN_HIDDEN)  # fmt: skip
+            BLOCK_DV != V_DIM, LOGIT_CAP, USE_DOT, DOT_FP32, INDEX_I64, LOAD_IGNORES_OTHER, SCREEN_HIDDEN, 1.0, 1.0,
+            0)  # fmt: skip  (the new tokens' K/V arrive in the compute dtype: KV_FORMAT 0)
 
     return m_i, l_i, acc
 
@@ -221,6 +236,8 @@ def extend_kernel(
     kb_stride_h,
     vb_stride_s,
     vb_stride_h,
+    k_scale,
+    v_scale,
     GROUP: tl.constexpr,
     HEAD_DIM: tl.constexpr,
     V_DIM: tl.constexpr,
@@ -237,6 +254,7 @@ def extend_kernel(
     LOAD_IGNORES_OTHER: tl.constexpr,
     UNIFIED: tl.constexpr,
     SCREEN_INLINE: tl.constexpr,
+    KV_FORMAT: tl.constexpr,
 ):
     b = tl.program_id(0)
     head = tl.program_id(1)
@@ -290,7 +308,7 @@ def extend_kernel(
         v_buffer_ptr, kv_indices_ptr, ke_stride_t, ke_stride_h, ve_stride_t, ve_stride_h, kb_stride_s, kb_stride_h,
         vb_stride_s, vb_stride_h, sm_scale, offs_d, offs_dpe, offs_dv, d_mask, dpe_mask, dv_mask, HEAD_DIM, V_DIM,
         BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DPE, BLOCK_DV, LOGIT_CAP, WINDOW, USE_DOT, DOT_FP32, INDEX_I64, LOAD_IGNORES_OTHER,
-        UNIFIED, SCREEN_INLINE)  # fmt: skip
+        UNIFIED, SCREEN_INLINE, k_scale, v_scale, KV_FORMAT)  # fmt: skip
     if not SCREEN_INLINE:
         row_sums = tl.sum(acc, 1)
         if tl.max(tl.where(m_mask & (row_sums != row_sums), 1, 0), 0) > 0:
@@ -299,14 +317,14 @@ def extend_kernel(
                 k_buffer_ptr, v_buffer_ptr, kv_indices_ptr, ke_stride_t, ke_stride_h, ve_stride_t, ve_stride_h,
                 kb_stride_s, kb_stride_h, vb_stride_s, vb_stride_h, sm_scale, offs_d, offs_dpe, offs_dv, d_mask,
                 dpe_mask, dv_mask, HEAD_DIM, V_DIM, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DPE, BLOCK_DV, LOGIT_CAP, WINDOW,
-                USE_DOT, DOT_FP32, INDEX_I64, LOAD_IGNORES_OTHER, UNIFIED, True)  # fmt: skip
+                USE_DOT, DOT_FP32, INDEX_I64, LOAD_IGNORES_OTHER, UNIFIED, True, k_scale, v_scale, KV_FORMAT)  # fmt: skip
 
     out = finish_rows(acc, l_i)
     tl.store(o_ptr + rows[:, None] * o_stride_t + head * o_stride_h + offs_dv[None, :], out.to(o_ptr.dtype.element_ty),
              mask=m_mask[:, None] & dv_mask[None, :])  # fmt: skip
 
 
-def _launch_plan(config, dtype, head_dim, v_dim, group, formulation, logit_cap, window, index_i64, unified):
+def _launch_plan(config, dtype, head_dim, v_dim, group, formulation, logit_cap, window, index_i64, unified, fmt=0):
     """(plan, extend_kernel's constexprs in signature order: `ops.launch`)
     of a shape class."""
     if config is None:
@@ -314,11 +332,14 @@ def _launch_plan(config, dtype, head_dim, v_dim, group, formulation, logit_cap, 
     else:
         config = explicit_config(OP, config, head_dim=head_dim, group=group)
     plan = attention_plan(OP, config, dtype, head_dim, v_dim, group, formulation)
+    if fmt and config.get("FP8_KV_BLOCK_N"):  # the decoded fp8 tiles need registers of their own
+        plan = dataclasses.replace(plan, block_n=max(int(config["FP8_KV_BLOCK_N"]), 16 if plan.use_dot else 1))
     constexprs = constexpr_args(
         extend_kernel, GROUP=group, HEAD_DIM=head_dim, V_DIM=v_dim, BLOCK_M=plan.block_m, BLOCK_N=plan.block_n,
         BLOCK_D=plan.block_d, BLOCK_DPE=plan.block_dpe, BLOCK_DV=plan.block_dv, LOGIT_CAP=logit_cap, WINDOW=window,
         USE_DOT=plan.use_dot, DOT_FP32=plan.dot_fp32, INDEX_I64=index_i64, LOAD_IGNORES_OTHER=plan.load_ignores_other,
-        UNIFIED=unified, SCREEN_INLINE=not plan.use_dot or plan.block_d + plan.block_dpe > 256)  # fmt: skip
+        UNIFIED=unified, SCREEN_INLINE=not plan.use_dot or plan.block_d + plan.block_dpe > 256,
+        KV_FORMAT=fmt)  # fmt: skip
     return plan, constexprs
 
 
@@ -333,8 +354,8 @@ def _validate(q, k, v, o, k_buffer, v_buffer, qo_indptr, kv_indptr, kv_indices, 
     for name, t in (("qo_indptr", qo_indptr), ("kv_indptr", kv_indptr), ("kv_indices", kv_indices)):
         require_tensor(OP, name, t, dtypes=INDEX_DTYPES, ndim=1)
     group = check_kv_pool(OP, q.shape[1], q.shape[2], k_buffer, v_buffer, "q_extend")
-    require_same(OP, "dtypes", q_extend=q.dtype, k_extend=k.dtype, v_extend=v.dtype, o_extend=o.dtype,
-                 k_buffer=k_buffer.dtype, v_buffer=v_buffer.dtype)
+    require_same(OP, "dtypes", q_extend=q.dtype, k_extend=k.dtype, v_extend=v.dtype, o_extend=o.dtype)
+    check_pool_dtypes(OP, q.dtype, k_buffer, v_buffer)
     require_same(OP, "k_extend's shape and (tokens, kv heads, head dim)", k_extend=tuple(k.shape),
                  expected=(q.shape[0], k_buffer.shape[1], k_buffer.shape[2]))
     require_same(OP, "v_extend's shape and (tokens, kv heads, v head dim)", v_extend=tuple(v.shape),
@@ -376,6 +397,8 @@ def extend_attention(
     formulation: str | None = None,
     *,
     unified_kv: bool = False,
+    k_scale: float | None = None,
+    v_scale: float | None = None,
     config: dict | None = None,
 ) -> torch.Tensor:
     """Causal attention for a batch of extends; writes `o_extend`.
@@ -400,6 +423,10 @@ def extend_attention(
     ``check=False`` (or ``KUNLUN_TRITON_CHECK=0``) skips every input check,
     the metadata reads that sync the host included; bad metadata then reads
     or writes unrelated memory.
+
+    An fp8 pool (float8_e4m3fn / float8_e5m2, written by `store_kv`) is
+    decoded inside the loop as its bytes times `k_scale` / `v_scale` (1.0
+    by default); k_extend / v_extend stay in the compute dtype.
     """
     if checked_mode(check):
         max_len_extend = require_number(OP, "max_len_extend", max_len_extend, minimum=0, integer=True)
@@ -409,11 +436,13 @@ def extend_attention(
         logit_cap = require_number(OP, "logit_cap", 0.0 if logit_cap is None else logit_cap, minimum=0.0)
         window = window_constexpr(OP, sliding_window)
         check_formulation(OP, formulation)
+        k_scale, v_scale = check_kv_scales(OP, k_buffer.dtype, k_scale, v_scale)
         tensors = (q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, qo_indptr, kv_indptr, kv_indices)
     else:
         group, batch = q_extend.shape[1] // k_buffer.shape[1], qo_indptr.shape[0] - 1
         sm_scale, logit_cap = float(sm_scale), float(logit_cap or 0.0)
         window = sliding_window if sliding_window is not None and sliding_window > 0 else 0
+        k_scale, v_scale = float(k_scale or 1.0), float(v_scale or 1.0)
         tensors = (q_extend,)
     tokens, q_heads, head_dim = q_extend.shape
     if batch <= 0 or tokens == 0 or max_len_extend <= 0:
@@ -421,22 +450,23 @@ def extend_attention(
     if not use_triton(OP, *tensors):
         if unified_kv:
             return reference.extend_attention_unified(q_extend, o_extend, k_buffer, v_buffer, qo_indptr, kv_indptr,
-                                                      kv_indices, sm_scale, logit_cap, window)  # fmt: skip
+                                                      kv_indices, sm_scale, logit_cap, window, k_scale, v_scale)  # fmt: skip
         return reference.extend_attention(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, qo_indptr,
-                                          kv_indptr, kv_indices, max_len_extend, sm_scale, logit_cap, window)
+                                          kv_indptr, kv_indices, max_len_extend, sm_scale, logit_cap, window,
+                                          k_scale, v_scale)  # fmt: skip
 
     v_dim = v_buffer.shape[2]
     shape_class = (q_extend.dtype, head_dim, v_dim, group, formulation, logit_cap, window,
-                   needs_int64(k_buffer, v_buffer, k_extend, v_extend), bool(unified_kv))  # fmt: skip
+                   needs_int64(k_buffer, v_buffer, k_extend, v_extend), bool(unified_kv), kv_format(k_buffer.dtype))  # fmt: skip
     plan, constexprs = _cached_launch_plan(*shape_class) if config is None else _launch_plan(config, *shape_class)
     # unified: a request's new tokens may start mid-block, one block more
     row_blocks = cdiv(max_len_extend, plan.block_m) + (1 if unified_kv else 0)
     extend_kernel.run(
-        q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, qo_indptr, kv_indptr, kv_indices,
-        sm_scale,
+        q_extend, k_extend, v_extend, o_extend, kernel_view(k_buffer), kernel_view(v_buffer), qo_indptr, kv_indptr,
+        kv_indices, sm_scale,
         q_extend.stride(0), q_extend.stride(1), k_extend.stride(0), k_extend.stride(1),
         v_extend.stride(0), v_extend.stride(1), o_extend.stride(0), o_extend.stride(1),
-        k_buffer.stride(0), k_buffer.stride(1), v_buffer.stride(0), v_buffer.stride(1),
+        k_buffer.stride(0), k_buffer.stride(1), v_buffer.stride(0), v_buffer.stride(1), k_scale, v_scale,
         *constexprs, grid=(batch, q_heads, row_blocks), **plan.launch,
     )  # fmt: skip
     return o_extend

@@ -26,11 +26,26 @@ from __future__ import annotations
 import torch
 
 
-def store_kv(k, v, k_buffer, v_buffer, out_cache_loc) -> None:
-    """Write token t's K/V into slot out_cache_loc[t] of each pool (in place)."""
+FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
+
+
+def store_kv(k, v, k_buffer, v_buffer, out_cache_loc, k_scale=1.0, v_scale=1.0) -> None:
+    """Write token t's K/V into slot out_cache_loc[t] of each pool (in place);
+    an fp8 pool gets torch's cast of the fp32 k / k_scale (v / v_scale)."""
     loc = out_cache_loc.long()
-    k_buffer[loc] = k.to(k_buffer.dtype)
-    v_buffer[loc] = v.to(v_buffer.dtype)
+    for x, buffer, scale in ((k, k_buffer, k_scale), (v, v_buffer, v_scale)):
+        if buffer.dtype in FP8_DTYPES:  # index_put has no fp8 kernel: write the bytes
+            buffer.view(torch.uint8)[loc] = (x.float() / scale).to(buffer.dtype).view(torch.uint8)
+        else:
+            buffer[loc] = x.to(buffer.dtype)
+
+
+def dequantized(buffer, slots, scale=1.0):
+    """Rows `slots` of a pool as values: an fp8 pool's bytes decoded by torch
+    and times its scale, in fp32; any other pool as it is."""
+    if buffer.dtype in FP8_DTYPES:
+        return buffer.view(torch.uint8)[slots].view(buffer.dtype).float() * scale
+    return buffer[slots]
 
 
 def window_or_none(sliding_window) -> int | None:
@@ -71,7 +86,8 @@ def _slots(kv_indptr, kv_indices, b) -> torch.Tensor:
 
 
 def decode_attention(
-    q, k_buffer, v_buffer, o, kv_indptr, kv_indices, sm_scale, logit_cap=0.0, sliding_window=None
+    q, k_buffer, v_buffer, o, kv_indptr, kv_indices, sm_scale, logit_cap=0.0, sliding_window=None, k_scale=1.0,
+    v_scale=1.0,
 ) -> torch.Tensor:
     """One query per request; request b's keys are the slots
     kv_indices[kv_indptr[b]:kv_indptr[b+1]] (the query's own token last).
@@ -86,7 +102,8 @@ def decode_attention(
         k_pos = torch.arange(n, device=q.device)
         q_pos = torch.tensor([n - 1], device=q.device)
         out[b] = attend(
-            q[b : b + 1], k_buffer[slots], v_buffer[slots], q_pos, k_pos, sm_scale, logit_cap, sliding_window
+            q[b : b + 1], dequantized(k_buffer, slots, k_scale), dequantized(v_buffer, slots, v_scale), q_pos, k_pos,
+            sm_scale, logit_cap, sliding_window,
         )[0]
     return o.copy_(out)
 
@@ -105,6 +122,8 @@ def extend_attention(
     sm_scale,
     logit_cap=0.0,
     sliding_window=None,
+    k_scale=1.0,
+    v_scale=1.0,
 ) -> torch.Tensor:
     """Request b's new tokens q_extend[qo_indptr[b]:qo_indptr[b+1]] attend to its
     cached prefix (pool slots kv_indices[kv_indptr[b]:kv_indptr[b+1]]) and
@@ -119,8 +138,9 @@ def extend_attention(
             continue
         slots = _slots(kv_indptr, kv_indices, b)
         prefix = slots.numel()
-        k = torch.cat([k_buffer[slots], k_extend[q0:q1].to(k_buffer.dtype)])
-        v = torch.cat([v_buffer[slots], v_extend[q0:q1].to(v_buffer.dtype)])
+        k_prefix, v_prefix = dequantized(k_buffer, slots, k_scale), dequantized(v_buffer, slots, v_scale)
+        k = torch.cat([k_prefix, k_extend[q0:q1].to(k_prefix.dtype)])
+        v = torch.cat([v_prefix, v_extend[q0:q1].to(v_prefix.dtype)])
         k_pos = torch.arange(prefix + q1 - q0, device=q_extend.device)
         q_pos = k_pos[prefix:]
         out[q0:q1] = attend(q_extend[q0:q1], k, v, q_pos, k_pos, sm_scale, logit_cap, sliding_window)
@@ -128,7 +148,7 @@ def extend_attention(
 
 
 def extend_attention_unified(q_extend, o_extend, k_buffer, v_buffer, qo_indptr, kv_indptr, kv_indices, sm_scale,
-                             logit_cap=0.0, sliding_window=None) -> torch.Tensor:  # fmt: skip
+                             logit_cap=0.0, sliding_window=None, k_scale=1.0, v_scale=1.0) -> torch.Tensor:  # fmt: skip
     """`extend_attention` with ``unified_kv``: request b's slots
     kv_indices[kv_indptr[b]:kv_indptr[b+1]] are its whole sequence, the new
     tokens (rows qo_indptr[b]:qo_indptr[b+1] of q_extend) its last ones."""
@@ -141,8 +161,8 @@ def extend_attention_unified(q_extend, o_extend, k_buffer, v_buffer, qo_indptr, 
         slots = _slots(kv_indptr, kv_indices, b)
         k_pos = torch.arange(slots.numel(), device=q_extend.device)
         q_pos = k_pos[slots.numel() - (q1 - q0):]
-        out[q0:q1] = attend(q_extend[q0:q1], k_buffer[slots], v_buffer[slots], q_pos, k_pos, sm_scale, logit_cap,
-                            sliding_window)  # fmt: skip
+        k, v = dequantized(k_buffer, slots, k_scale), dequantized(v_buffer, slots, v_scale)
+        out[q0:q1] = attend(q_extend[q0:q1], k, v, q_pos, k_pos, sm_scale, logit_cap, sliding_window)
     return o_extend.copy_(out)
 
 

@@ -12,6 +12,7 @@ import torch
 from ...runtime import capabilities, launch_options
 from ..launch import run_keywords
 from ..validation import require_choice, require_number, require_same, require_tensor
+from .fp8 import KV_POOL_DTYPES
 
 FORMULATIONS = ("dot", "sum")
 INT32_LIMIT = 2**31
@@ -155,8 +156,8 @@ def window_constexpr(op: str, sliding_window) -> int:
 def check_kv_pool(op: str, q_heads: int, head_dim: int, k_buffer, v_buffer, q_name: str) -> int:
     """Pool shape rules shared by decode and extend ([slots, kv_heads, dim]);
     returns the GQA group size."""
-    require_tensor(op, "k_buffer", k_buffer, ndim=3)
-    require_tensor(op, "v_buffer", v_buffer, ndim=3)
+    require_tensor(op, "k_buffer", k_buffer, dtypes=KV_POOL_DTYPES, ndim=3)
+    require_tensor(op, "v_buffer", v_buffer, dtypes=KV_POOL_DTYPES, ndim=3)
     require_same(op, "slot counts and kv head counts of the pools",
                  k_buffer=tuple(k_buffer.shape[:2]), v_buffer=tuple(v_buffer.shape[:2]))  # fmt: skip
     require_same(op, "head dims of the query and the key pool", **{q_name: head_dim, "k_buffer": k_buffer.shape[2]})

@@ -131,6 +131,20 @@ def _meta(*shape, dtype):
     return torch.empty(shape, dtype=dtype, device="meta")
 
 
+KV_DTYPES = {"fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}  # SGLang's --kv-cache-dtype names
+
+
+def _pool_dtype(shape, dtype):
+    """The KV pool's dtype: the compute dtype, or fp8 with ``kv_dtype=fp8_e4m3 | fp8_e5m2``
+    in the shape (``kunlun-triton inspect --shape kv_dtype=fp8_e4m3``)."""
+    name = shape.get("kv_dtype", "auto")
+    if name == "auto":
+        return dtype
+    if name not in KV_DTYPES:
+        raise ValueError(f"kv_dtype must be auto or one of {', '.join(KV_DTYPES)}, got {name!r}")
+    return KV_DTYPES[name]
+
+
 def _kv_pool(slots, kv_heads, head_dim, v_dim, dtype):
     """K and V rows; with a smaller v_dim, V is the first v_dim values of K's
     rows (SGLang's MLA latent pool: a strided view, as the kernels get it)."""
@@ -143,8 +157,9 @@ def store_kv_kernels(shape, dtype, config):
 
     tokens, kv_heads, head_dim = shape["tokens"], shape["kv_heads"], shape["head_dim"]
     k, v = _meta(tokens, kv_heads, head_dim, dtype=dtype), _meta(tokens, kv_heads, head_dim, dtype=dtype)
-    pool = shape.get("slots", max(4 * tokens, 16))
-    k_buffer, v_buffer = _meta(pool, kv_heads, head_dim, dtype=dtype), _meta(pool, kv_heads, head_dim, dtype=dtype)
+    pool, pool_dtype = shape.get("slots", max(4 * tokens, 16)), _pool_dtype(shape, dtype)
+    k_buffer = _meta(pool, kv_heads, head_dim, dtype=pool_dtype)
+    v_buffer = _meta(pool, kv_heads, head_dim, dtype=pool_dtype)
     loc = _meta(tokens, dtype=torch.int64)
     return meta_kernel_specs(lambda: store_kv(k, v, k_buffer, v_buffer, loc, check=False, config=config))
 
@@ -158,7 +173,7 @@ def decode_attention_kernels(shape, dtype, config):
     v_dim = shape.get("v_head_dim", head_dim)
     q, o = _meta(batch, q_heads, head_dim, dtype=dtype), _meta(batch, q_heads, v_dim, dtype=dtype)
     slots = total + shape.get("page_size", 1)
-    k_buffer, v_buffer = _kv_pool(slots, kv_heads, head_dim, v_dim, dtype)
+    k_buffer, v_buffer = _kv_pool(slots, kv_heads, head_dim, v_dim, _pool_dtype(shape, dtype))
     indptr, indices = _meta(batch + 1, dtype=torch.int32), _meta(total, dtype=torch.int32)
     specs = meta_kernel_specs(lambda: decode_attention(q, k_buffer, v_buffer, o, indptr, indices, head_dim**-0.5,
                                                        check=False, config=config))  # fmt: skip
@@ -176,7 +191,7 @@ def extend_attention_kernels(shape, dtype, config):
     q, o = _meta(tokens, q_heads, head_dim, dtype=dtype), _meta(tokens, q_heads, v_dim, dtype=dtype)
     k, v = _kv_pool(tokens, kv_heads, head_dim, v_dim, dtype)
     slots = cached + tokens + shape.get("page_size", 1)
-    k_buffer, v_buffer = _kv_pool(slots, kv_heads, head_dim, v_dim, dtype)
+    k_buffer, v_buffer = _kv_pool(slots, kv_heads, head_dim, v_dim, _pool_dtype(shape, dtype))
     qo_indptr, kv_indptr = _meta(len(extend) + 1, dtype=torch.int32), _meta(len(prefix) + 1, dtype=torch.int32)
     kv_indices = _meta(cached, dtype=torch.int32)
     specs = meta_kernel_specs(lambda: extend_attention(q, k, v, o, k_buffer, v_buffer, qo_indptr, kv_indptr,
@@ -195,7 +210,8 @@ def decode_attention_traffic(shape, dtype) -> int:
     tokens, cap = split_policy(plan, len(lens), kv_heads)
     cap = max(1, min(cap, -(-sum(lens) // tokens)))
     splits = [splits_used(n, tokens, cap, plan.block_n) for n in lens]
-    return decode_traffic(lens, q_heads, kv_heads, head_dim, head_dim, _elt(dtype), splits)
+    return decode_traffic(lens, q_heads, kv_heads, head_dim, head_dim, _elt(dtype), splits,
+                          _elt(_pool_dtype(shape, dtype)))  # fmt: skip
 
 
 # ---- tune: lookup dims are store_kv (row_width, tokens), decode and extend
@@ -294,6 +310,6 @@ SPECS = [
            extend_shapes, bench_dtype=torch.float16, tune_candidates=extend_candidates,
            tune_shapes=extend_tune_shapes, tune_keep=extend_keep, tolerance_scale=2, x_axis="prefix_len",
            kernels=extend_attention_kernels,
-           config_keys={"formulation": FORMULATION, "BLOCK_M": TILE, "BLOCK_N": TILE},
+           config_keys={"formulation": FORMULATION, "BLOCK_M": TILE, "BLOCK_N": TILE, "FP8_KV_BLOCK_N": TILE},
            function=extend_attention, lookup_dims=("head_dim", "group"), generation_shapes=extend_generation_shapes),
 ]  # fmt: skip

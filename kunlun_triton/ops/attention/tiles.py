@@ -13,6 +13,7 @@ import triton.language as tl
 
 from ..loads import masked_load
 from ..tanh import soft_cap  # cap * tanh(s / cap), sound for any cap (tiny s / cap included)
+from .fp8 import fp8_to_fp32
 
 
 @triton.jit
@@ -142,10 +143,13 @@ def visibility(q_pos, offs_n, n_mask, CAUSAL: tl.constexpr, WINDOW: tl.constexpr
 
 
 @triton.jit
-def value_poison(v_ptrs, n_mask, dv_mask, MASK_DV: tl.constexpr, LOAD_IGNORES_OTHER: tl.constexpr):
+def value_poison(v_ptrs, n_mask, dv_mask, MASK_DV: tl.constexpr, LOAD_IGNORES_OTHER: tl.constexpr,
+                 KV_FORMAT: tl.constexpr = 0):  # fmt: skip
     """[N] fp32: NaN for a key whose value row holds an inf or NaN, else 0
     (sum_d 0 * v_d: 0 * inf and 0 * NaN are NaN, in v's own dtype). A
     second, plain-layout read of the tile (cached): checking the tile the
     dot consumes would move it from shared memory through registers."""
     v = load_tile(v_ptrs, n_mask, dv_mask, True, MASK_DV, LOAD_IGNORES_OTHER)
+    if KV_FORMAT > 0:  # fp8 bytes: their values (NaN codes, e5m2's infinities)
+        v = fp8_to_fp32(v, KV_FORMAT)
     return tl.sum(v * 0.0, axis=1).to(tl.float32)

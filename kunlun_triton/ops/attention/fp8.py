@@ -1,0 +1,161 @@
+"""FP8 KV-cache codec written with integer operations (no FP8 type, no FP8 hardware).
+
+A KV pool in ``torch.float8_e4m3fn`` or ``torch.float8_e5m2`` (SGLang's
+``--kv-cache-dtype fp8_e4m3 | fp8_e5m2``) is handed to the kernels as its
+bytes (a ``uint8`` view); `KV_FORMAT` (a constexpr: 0 = the pool is in the
+compute dtype, 1 = e4m3fn, 2 = e5m2) picks the codec at compile time, so
+the bf16/fp16 kernels compile exactly as before.
+
+Decode (byte b -> fp32, exact), through an fp16 made of the byte's bits and
+one fp16 -> fp32 conversion (exact, subnormals included, on every target):
+
+    e5m2:   fp16_bits = b << 8                                 (the fp16's high byte)
+    e4m3fn: fp16_bits = (b & 0x80) << 8 | (b & 0x7f) << 7,  value = 256 * fp16
+            (sign, exponent and mantissa in fp16's fields: bias 15 instead of 7,
+            so normals and subnormals alike come out 2**-8 times the value;
+            the same as fp32 bits s << 31 | (e + 120) << 23 | m << 20 for
+            normals and m * 2**-9 for subnormals)
+            b & 0x7f = 0x7f: NaN                               (no infinities)
+
+Encode (fp32 x -> byte), torch's CPU casts bit for bit: round to nearest
+even on the integer bits (a = |x|'s bits; normals keep the top 3 (e4m3) or
+2 (e5m2) mantissa bits and re-bias, values below the smallest normal are
+round(|x| * 2**9) (e4m3) or round(|x| * 2**16) (e5m2) computed by shifting
+the 24-bit significand), then torch's special cases: e4m3fn saturates at
++-448 (0x7e, infinities included), e5m2 overflows to +-inf (0x7c), NaN stays
+NaN (0x7f with the input's sign).
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+from ...runtime import FLOAT_DTYPES
+
+FP8_FORMATS = {torch.float8_e4m3fn: 1, torch.float8_e5m2: 2}  # KV_FORMAT constexpr; 0: not fp8
+KV_POOL_DTYPES = FLOAT_DTYPES + tuple(FP8_FORMATS)
+
+
+def kv_format(dtype) -> int:
+    """The KV_FORMAT constexpr of a pool dtype (0 for the compute dtypes)."""
+    return FP8_FORMATS.get(dtype, 0)
+
+
+def kernel_view(buffer: torch.Tensor) -> torch.Tensor:
+    """An fp8 pool as the bytes the kernels read and write; others as they are."""
+    return buffer.view(torch.uint8) if buffer.dtype in FP8_FORMATS else buffer
+
+
+@triton.jit
+def fp8_scaled(raw, scale, KV_FORMAT: tl.constexpr):
+    """Bytes (uint8) -> their values times `scale`, in fp32 (exact for scale 1).
+
+    Both formats go through an fp16 built from the byte's bits, whose
+    conversion to fp32 is one exact instruction that handles subnormals on
+    every target (fp16 subnormals are never flushed): e5m2 is the fp16's
+    high byte; e4m3fn's sign, exponent and mantissa moved into the fp16's
+    fields (bias 15 instead of 7) make 2**-8 times the value, subnormals
+    included, so the multiply by the scale, times 256, finishes it (256 *
+    scale is exact: a power of two). Codes 0x7f / 0xff are e4m3fn's NaN."""
+    if KV_FORMAT == 2:
+        return ((raw.to(tl.uint16) << 8).to(tl.float16, bitcast=True)).to(tl.float32) * scale
+    else:
+        b = raw.to(tl.uint16)
+        magnitude = b & 0x7F
+        half = (((b & 0x80) << 8) | (magnitude << 7)).to(tl.float16, bitcast=True)
+        return tl.where(magnitude == 0x7F, float("nan"), half.to(tl.float32) * (scale * 256.0))
+
+
+@triton.jit
+def fp8_to_fp32(raw, KV_FORMAT: tl.constexpr):
+    """Bytes (uint8) -> their fp32 values, exactly (module docstring)."""
+    return fp8_scaled(raw, 1.0, KV_FORMAT)
+
+
+@triton.jit
+def kv_values(raw, scale, like, KV_FORMAT: tl.constexpr, USE_DOT: tl.constexpr, DOT_FP32: tl.constexpr):
+    """A loaded K/V tile as the attention loop consumes it: unchanged for a
+    pool in the compute dtype (KV_FORMAT 0: no code at all); else the bytes
+    decoded times the pool's scale, in `like`'s dtype where tl.dot takes
+    the tile in the compute dtype, else fp32 (every fp8 value is exact in
+    fp16/bf16/fp32; only a scale other than 1 rounds)."""
+    if KV_FORMAT == 0:
+        return raw
+    else:
+        x = fp8_scaled(raw, scale, KV_FORMAT)
+        if USE_DOT and not DOT_FP32:
+            return x.to(like.dtype)
+        else:
+            return x
+
+
+@triton.jit
+def _round_significand(a, SHIFT_BASE: tl.constexpr):
+    """|x| / (the smallest fp8 subnormal) rounded to nearest even, for |x|
+    (bits `a`) below the smallest fp8 normal: |x| = m * 2**(e - 150) with m
+    the 24-bit significand, so the code is m >> (SHIFT_BASE - e) rounded
+    (SHIFT_BASE = 150 - 9 for e4m3, 150 - 16 for e5m2). Shifts are clamped
+    to [1, 25]: past 25 less than half the lowest code is left (0), and the
+    lanes of larger values (shift < 1) are discarded by the caller."""
+    e = a >> 23
+    m = (a & 0x7FFFFF) | 0x800000
+    shift = tl.minimum(tl.maximum(SHIFT_BASE - e, 1), 25)
+    q = m >> shift
+    rem = m - (q << shift)
+    half = 1 << (shift - 1)
+    up = (rem > half) | ((rem == half) & ((q & 1) == 1))
+    return q + up.to(tl.int32)
+
+
+@triton.jit
+def fp32_to_fp8(x, KV_FORMAT: tl.constexpr):
+    """fp32 values -> fp8 bytes (uint8) as torch's CPU casts (module docstring)."""
+    bits = x.to(tl.int32, bitcast=True)
+    sign = (bits >> 24) & 0x80
+    a = bits & 0x7FFFFFFF
+    if KV_FORMAT == 2:
+        # normals: keep 2 mantissa bits, round to nearest even, re-bias 127 -> 15
+        normal = ((a + 0xFFFFF + ((a >> 21) & 1)) >> 21) - (112 << 2)
+        code = tl.where(a < (113 << 23), _round_significand(a, 134), tl.minimum(normal, 0x7C))
+    else:
+        # normals: keep 3 mantissa bits, round to nearest even, re-bias 127 -> 7
+        normal = ((a + 0x7FFFF + ((a >> 20) & 1)) >> 20) - (120 << 3)
+        code = tl.where(a < (121 << 23), _round_significand(a, 141), tl.minimum(normal, 0x7E))
+    code = tl.where(a > 0x7F800000, 0x7F, code)
+    return (code | sign).to(tl.uint8)
+
+
+@triton.jit
+def encode_values(x, scale, KV_FORMAT: tl.constexpr):
+    """Values to store into a pool: unchanged for a pool in the compute dtype,
+    else fp8 bytes of x / scale (x in fp32, divided with IEEE rounding)."""
+    if KV_FORMAT == 0:
+        return x
+    else:
+        return fp32_to_fp8(tl.div_rn(x.to(tl.float32), scale), KV_FORMAT)
+
+
+# ---- host side: what the launchers share --------------------------------
+
+
+def check_pool_dtypes(op: str, compute_dtype, k_buffer, v_buffer) -> None:
+    """A KV pool holds the compute dtype or fp8, K and V alike."""
+    if k_buffer.dtype != v_buffer.dtype or (k_buffer.dtype != compute_dtype and k_buffer.dtype not in FP8_FORMATS):
+        raise ValueError(f"{op}: k_buffer ({k_buffer.dtype}) and v_buffer ({v_buffer.dtype}) must both be the "
+                         f"compute dtype ({compute_dtype}) or both one fp8 dtype (float8_e4m3fn, float8_e5m2)")
+
+
+def check_kv_scales(op: str, pool_dtype, k_scale, v_scale) -> tuple[float, float]:
+    """(k_scale, v_scale) as the kernels take them: positive finite numbers
+    (None: 1.0, SGLang's value when the checkpoint has no scales). A scale
+    other than 1 is refused for a pool in the compute dtype (it would be
+    silently ignored)."""
+    from ..validation import require_number
+
+    scales = []
+    for name, scale in (("k_scale", k_scale), ("v_scale", v_scale)):
+        scale = 1.0 if scale is None else require_number(op, name, scale, above=0.0)
+        if scale != 1.0 and pool_dtype not in FP8_FORMATS:
+            raise ValueError(f"{op}: {name}={scale} applies to an fp8 KV pool only; the pool is {pool_dtype}")
+        scales.append(scale)
+    return scales[0], scales[1]
