@@ -1,5 +1,5 @@
 """Public ops, one folder per op family (`norm`, `activation`, `logits`,
-`rope`, `attention`, `sampling`, `moe`), each holding its ``@triton.jit`` kernels, its
+`rope`, `attention`, `sampling`, `moe`, `quant`), each holding its ``@triton.jit`` kernels, its
 launchers (validate, pick a config, launch; or run the torch reference where
 no Triton target runs), its pure-torch reference and its specs (`spec.OpSpec`:
 what doctor, bench and tune need). One name per op everywhere: function,
@@ -32,6 +32,8 @@ FAMILY_OF = {
     "renorm_probs": "sampling",
     "moe_topk": "moe",
     "fused_experts": "moe",
+    "per_token_quant_int8": "quant",
+    "int8_scaled_mm": "quant",
 }
 # Helpers next to an op: the decode step's split-KV scratch and paged metadata.
 HELPERS = {"decode_workspace": "attention", "DecodeWorkspace": "attention", "decode_split_plan": "attention",

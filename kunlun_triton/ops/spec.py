@@ -38,7 +38,7 @@ import torch
 
 from ..runtime.config_keys import COUNT, FLAG, NON_NEGATIVE, TILE, ConfigKey, choice
 
-FAMILIES = ("norm", "activation", "logits", "rope", "attention", "sampling", "moe")
+FAMILIES = ("norm", "activation", "logits", "rope", "attention", "sampling", "moe", "quant")
 
 # Lower-case launch options any op's config may carry (`capabilities.launch_options`
 # hands each target the ones it understands).
