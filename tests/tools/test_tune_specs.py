@@ -105,6 +105,7 @@ LOOKUP_DIMS = {
     "rms_norm": {"hidden_size"}, "fused_add_rms_norm": {"hidden_size"},
     "moe_topk": {"num_experts"}, "logit_softcap": {"vocab_size", "rows"},
     "fused_experts": {"tokens", "num_experts", "top_k", "hidden_size", "intermediate_size"},
+    "per_token_quant_int8": {"hidden_size", "rows"}, "int8_scaled_mm": {"m", "n", "k"},
     # by the vocabulary only: a row's blocks (and so its draw) never depend on the batch
     **{op: {"vocab"} for op in ("sample", "greedy", "top_k_renorm_probs", "top_p_renorm_probs",
                                 "min_p_renorm_probs", "renorm_probs")},
@@ -127,7 +128,7 @@ def test_full_search_spaces_are_sane(has_dot, monkeypatch):
         candidates = [c for c in spec.tune_candidates(False)]
         assert 4 <= len(candidates) <= 64, (spec.name, len(candidates))
         forms = {c.get("formulation") for c in candidates}
-        if spec.name.endswith("_attention") or spec.name == "fused_experts":
+        if spec.name.endswith("_attention") or spec.name in ("fused_experts", "int8_scaled_mm"):
             assert forms == ({"dot", "sum"} if has_dot else {None}), (spec.name, forms)
         else:
             assert forms == {None}

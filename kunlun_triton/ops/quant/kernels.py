@@ -97,7 +97,7 @@ def int8_tile_product(a, b, acc, FORMULATION: tl.constexpr):
         return acc + tl.sum(a.to(tl.float32)[:, :, None] * b.to(tl.float32)[None, :, :], axis=1).to(tl.int32)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["m"])  # m follows the batch: one compile for all
 def scaled_mm_kernel(
     a_ptr,
     b_ptr,
@@ -105,7 +105,7 @@ def scaled_mm_kernel(
     scale_b_ptr,
     bias_ptr,
     out_ptr,
-    M,
+    m,
     stride_am,
     stride_ak,
     stride_bk,
@@ -123,13 +123,13 @@ def scaled_mm_kernel(
 ):
     """out tile [BLOCK_M, BLOCK_N] = scale_a * scale_b * (a @ b) (+ bias).
 
-    Rows and columns past the edge load row m % M / column n % N (in
+    Rows and columns past the edge load row m % m / column n % N (in
     bounds, never stored), so only the last K step of a ragged K is masked.
     ACC_ONLY stores the int32 accumulator itself (the exactness tests)."""
     rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     k = tl.arange(0, BLOCK_K)
-    a_ptrs = a_ptr + (rm % M).to(tl.int64)[:, None] * stride_am + k[None, :] * stride_ak
+    a_ptrs = a_ptr + (rm % m).to(tl.int64)[:, None] * stride_am + k[None, :] * stride_ak
     b_ptrs = b_ptr + (rn % N).to(tl.int64)[None, :] * stride_bn + k[:, None] * stride_bk
     acc = tl.zeros([BLOCK_M, BLOCK_N], tl.int32)
     # Whole tiles unmasked; a ragged K's last step alone is masked (a mask in
@@ -143,12 +143,12 @@ def scaled_mm_kernel(
         a = masked_load(a_ptrs, k_ok[None, :], 0, LOAD_IGNORES_OTHER)
         b = masked_load(b_ptrs, k_ok[:, None], 0, LOAD_IGNORES_OTHER)
         acc = int8_tile_product(a, b, acc, FORMULATION)
-    mask = (rm < M)[:, None] & (rn < N)[None, :]
+    mask = (rm < m)[:, None] & (rn < N)[None, :]
     out_ptrs = out_ptr + rm.to(tl.int64)[:, None] * stride_om + rn[None, :]
     if ACC_ONLY:
         tl.store(out_ptrs, acc, mask=mask)
     else:
-        sa = tl.load(scale_a_ptr + rm % M)
+        sa = tl.load(scale_a_ptr + rm % m)
         sb = tl.load(scale_b_ptr + rn % N)
         y = acc.to(tl.float32) * sa[:, None] * sb[None, :]
         if HAS_BIAS:

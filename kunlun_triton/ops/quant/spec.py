@@ -112,12 +112,17 @@ def mm_candidates(quick):
                  (128, 128, 128))  # fmt: skip
     from ... import runtime
 
-    forms = ops.FORMULATIONS if runtime.capabilities().has_dot else ("sum",)
-    return [{"BLOCK_M": m, "BLOCK_N": n, "BLOCK_K": k, "formulation": f} for m, n, k in tiles for f in forms]
+    tiles = [{"BLOCK_M": m, "BLOCK_N": n, "BLOCK_K": k} for m, n, k in tiles]
+    if not runtime.capabilities().has_dot:
+        return tiles  # the target's file picks sum
+    return [{**t, "formulation": f} for t in tiles for f in ops.FORMULATIONS]
 
 
 def mm_keep(candidate, shape) -> bool:
-    if candidate.get("formulation") == "sum":
+    from ... import runtime
+
+    default = "dot" if runtime.capabilities().has_dot else "sum"
+    if candidate.get("formulation", default) == "sum":
         return candidate["BLOCK_M"] * candidate["BLOCK_K"] * candidate["BLOCK_N"] <= ops.SUM_TILE_CAP
     return True
 
