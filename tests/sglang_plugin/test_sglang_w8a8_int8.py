@@ -100,7 +100,8 @@ def hf_w8a8(src, quantized):
     for name, module in list(model.named_modules()):
         if isinstance(module, torch.nn.Linear) and name + ".weight_scale" in state:
             parent, attr = name.rsplit(".", 1)
-            setattr(model.get_submodule(parent), attr, W8A8Linear(state[name + ".weight"], state[name + ".weight_scale"]))
+            linear = W8A8Linear(state[name + ".weight"], state[name + ".weight_scale"])
+            setattr(model.get_submodule(parent), attr, linear)
     return model
 
 

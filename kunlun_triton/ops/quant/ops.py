@@ -78,7 +78,8 @@ class _MMPlan:
         low = 16 if use_dot else 1  # tl.dot's smallest tile
 
         def tile(key, default, size):
-            return max(low, min(power_of_two_at_most(int(config.get(key, default))), triton.next_power_of_2(max(size, 1))))
+            padded = triton.next_power_of_2(max(size, 1))
+            return max(low, min(power_of_two_at_most(int(config.get(key, default))), padded))
 
         bm, bn, bk = tile("BLOCK_M", 16, m_bucket), tile("BLOCK_N", 64, n), tile("BLOCK_K", 64, k)
         bk = min(bk, MAX_EXACT_BLOCK_K)

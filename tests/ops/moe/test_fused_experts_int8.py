@@ -66,12 +66,13 @@ def test_int8_experts_match_oracle(case, formulation):
     ulps of x's dtype plus int8's step on the output."""
     w13_q, s13, w2_q, s2 = (t.to(DEVICE) for t in int8_experts(case))
     kunlun_triton.reset_dispatch_report()
+    on_input = case["apply_router_weight_on_input"]
     out = fused_experts(case["hidden_states"], w13_q, w2_q, case["topk_weights"], case["topk_ids"],
-                        activation=case["activation"], apply_router_weight_on_input=case["apply_router_weight_on_input"],
+                        activation=case["activation"], apply_router_weight_on_input=on_input,
                         use_int8_w8a8=True, w13_scale=s13, w2_scale=s2, formulation=formulation)  # fmt: skip
     assert kunlun_triton.dispatch_report()["fused_experts"]["impl"] == "triton"
-    ref = oracle(case["hidden_states"], w13_q, s13, w2_q, s2, case["topk_weights"], case["topk_ids"], case["activation"],
-                 case["apply_router_weight_on_input"])  # fmt: skip
+    ref = oracle(case["hidden_states"], w13_q, s13, w2_q, s2, case["topk_weights"], case["topk_ids"],
+                 case["activation"], on_input)  # fmt: skip
     assert out.dtype == case["hidden_states"].dtype
     step = float(ref.float().abs().max()) / 127  # one code of a row's quantization
     assert_close(out, ref, scale=3, atol=step)
