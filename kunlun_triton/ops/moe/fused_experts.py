@@ -24,6 +24,13 @@ call allocates twice: the int32 index (block table, then sorted slots) and
 one scratch in x's dtype (the activations, then the slot outputs at an
 aligned offset); the kernels take offsets instead of host-side slices.
 
+W8A8-INT8 experts (``use_int8_w8a8``, SGLang's W8A8Int8MoEMethod): x is
+quantized per token and the activation rows per row (`per_token_quant_int8`,
+two more launches), W13/W2 stay int8 with per-channel fp32 scales, and both
+GEMMs accumulate exactly in int32 (`quant.kernels.int8_tile_product`,
+constexpr ``W8A8``; the float path's code is unchanged), scaled by the
+token's and the channel's scales after the loop.
+
 Blocks belong to one expert, so an expert with no token launches no work;
 a program past the last block returns after one load. The matmuls are
 ``tl.dot`` or, where a target lacks it, ``tl.sum`` of broadcast products
