@@ -1,5 +1,5 @@
 """Public ops, one folder per op family (`norm`, `activation`, `logits`,
-`rope`, `attention`, `sampling`, `moe`), each holding its ``@triton.jit`` kernels, its
+`rope`, `attention`, `sampling`, `moe`, `quant`), each holding its ``@triton.jit`` kernels, its
 launchers (validate, pick a config, launch; or run the torch reference where
 no Triton target runs), its pure-torch reference and its specs (`spec.OpSpec`:
 the one registry of ops; what doctor, bench, tune and the plugin need). One
@@ -27,6 +27,7 @@ from .attention import (
 from .logits import logit_softcap
 from .moe import fused_experts, moe_topk
 from .norm import fused_add_rms_norm, rms_norm
+from .quant import int8_scaled_mm, per_token_quant_int8
 from .rope import rotary_embedding
 from .sampling import greedy, min_p_renorm_probs, renorm_probs, sample, top_k_renorm_probs, top_p_renorm_probs
 
@@ -41,9 +42,11 @@ __all__ = [
     "fused_experts",
     "gelu_and_mul",
     "greedy",
+    "int8_scaled_mm",
     "logit_softcap",
     "min_p_renorm_probs",
     "moe_topk",
+    "per_token_quant_int8",
     "renorm_probs",
     "rms_norm",
     "rotary_embedding",

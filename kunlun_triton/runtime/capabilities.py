@@ -44,13 +44,19 @@ class Capabilities:
     # `other=` works (on CUDA/HIP that tl.where sends dot operands through
     # registers).
     load_ignores_other: bool = False
+    # tl.dot on int8 operands accumulates exactly into int32 (int8_scaled_mm's
+    # "dot" formulation; without it the dot runs on fp16 copies of the tiles,
+    # exact per K step, then joins the int32 accumulator). sm_90 (IMMA) and
+    # gfx942 (MFMA i8) have it; Kunlun's is unknown (and its config uses sum).
+    dot_int8: bool = False
 
 
 _ALL_FLOATS = frozenset(FLOAT_DTYPES)
 
 _PROFILES = {
-    "cuda": Capabilities(_ALL_FLOATS, True, True, True, True, True, True),
-    "hip": Capabilities(_ALL_FLOATS, True, True, True, True, True, True, launch_knobs=HIP_LAUNCH_KNOBS),
+    "cuda": Capabilities(_ALL_FLOATS, True, True, True, True, True, True, dot_int8=True),
+    "hip": Capabilities(_ALL_FLOATS, True, True, True, True, True, True, launch_knobs=HIP_LAUNCH_KNOBS,
+                        dot_int8=True),
     # num_warps is ignored (a program maps to a cluster); atomics and the
     # dot->softmax->dot chain are known to break; events time to 0; bf16 is
     # incomplete on some ops.
@@ -66,7 +72,8 @@ _PROFILES = {
         load_ignores_other=True,
     ),
     # triton 3.9 interpreter: tl.dot on bf16 returns garbage; fp16/fp32 fine.
-    "interpreter": Capabilities(_ALL_FLOATS, True, False, True, False, True, False),
+    # int8 tl.dot into int32 is exact there (numpy integer matmul).
+    "interpreter": Capabilities(_ALL_FLOATS, True, False, True, False, True, False, dot_int8=True),
     "torch": Capabilities(_ALL_FLOATS, False, False, False, False, True, False),
 }
 

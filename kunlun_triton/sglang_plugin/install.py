@@ -158,6 +158,14 @@ def _hook_logit_softcap() -> None:
     _hook(SOFTCAP_HOOK, softcap_logits, "AROUND")
 
 
+def _hook_int8_quantization() -> None:
+    from .moe import int8_experts_apply
+    from .quantization import LINEAR_HOOK, MOE_HOOK, int8_linear_apply
+
+    _hook(LINEAR_HOOK, int8_linear_apply, "AROUND")
+    _hook(MOE_HOOK, int8_experts_apply, "AROUND")
+
+
 def _hook_collectives() -> None:
     from .collectives import COORDINATOR, HOOKS
 
@@ -203,6 +211,10 @@ TOUCHPOINTS = (
                "plugin", _register_moe_forwards),
     Touchpoint("MoE support check", "platform hook", "SRTPlatform.apply_server_args_defaults / post_load_model",
                "a clear error at start for expert parallelism, non-triton MoE runners and quantized MoE", "sglang"),
+    Touchpoint("W8A8-INT8 quantization", "hook",
+               "quantization.w8a8_int8.W8A8Int8LinearMethod.apply, W8A8Int8MoEMethod.apply (AROUND)",
+               "--quantization w8a8_int8: linear layers -> per_token_quant_int8 + int8_scaled_mm, int8 experts -> "
+               "fused_experts(use_int8_w8a8)", "platform", _hook_int8_quantization),
     Touchpoint("final-logit soft-capping", "hook", f"{SOFTCAP_HOOK} (AROUND)",
                "the logits processor's final_logit_softcapping (Gemma-2) -> logit_softcap", "platform",
                _hook_logit_softcap),

@@ -15,7 +15,9 @@ scoring, padded (CUDA-graph) batches, SwiGLU-OAI limits, expert biases,
 non-gated or exotic activations. What cannot run on our target at all fails
 at start with an error saying so (`check_server_args`, `check_model`):
 expert parallelism, an MoE runner backend other than triton, and quantized
-MoE (SGLang's kernels for those are CUDA-only).
+MoE other than W8A8-INT8 (SGLang's kernels for those are CUDA-only).
+``W8A8Int8MoEMethod.apply`` is hooked (`int8_experts_apply`, kunlun
+platform only) to run fused_experts with ``use_int8_w8a8``.
 
 ``routed_scaling_factor``: SGLang's CUDA Triton runner multiplies the expert
 sum by it and models skip their own multiply when ``is_cuda()``; elsewhere
@@ -87,41 +89,75 @@ def _topk_forward(self, hidden_states, router_logits, *, num_token_non_padded=No
     return self._apply_waterfill(StandardTopKOutput(weights, ids, router_logits), hidden_states.shape[0])
 
 
-def _experts_forward(self, layer, dispatch_output):
-    from kunlun_triton import ops
-    from sglang.srt.layers.moe.token_dispatcher import StandardCombineInput
+def _ours_can_run(self, layer, dispatch_output, int8: bool) -> bool:
+    """Whether fused_experts computes what this MoE layer's call asks (else
+    the caller falls back): standard top-k output, a gated silu/gelu, no
+    clamps, biases or interleaved weights, x's dtype matching the experts'
+    (int8 experts: a float x, SGLang's W8A8-INT8)."""
     from sglang.srt.layers.moe.topk import TopKOutputChecker
-    from sglang.srt.utils import is_cuda
-
-    from . import dev_mode
 
     cfg = self.moe_runner_config
-    topk_output = dispatch_output.topk_output
-    if (
-        not TopKOutputChecker.format_is_standard(topk_output)
+    x = dispatch_output.hidden_states
+    dtype_ok = x.dtype.is_floating_point if int8 else x.dtype == layer.w13_weight.dtype
+    return not (
+        not TopKOutputChecker.format_is_standard(dispatch_output.topk_output)
         or cfg.activation not in ("silu", "gelu", "gelu_tanh")
         or not cfg.is_gated
         or cfg.no_combine
         or cfg.gemm1_alpha is not None
         or cfg.gemm1_clamp_limit is not None
         or cfg.swiglu_limit is not None
-        or self.with_bias
-        or self.w13_swiglu_interleaved
-        or dispatch_output.hidden_states.dim() != 2
-        or dispatch_output.hidden_states.dtype != layer.w13_weight.dtype
-    ):
-        return self.forward_native(layer, dispatch_output)
+        or getattr(self, "with_bias", False)
+        or getattr(self, "w13_swiglu_interleaved", False)
+        or x.dim() != 2
+        or not dtype_ok
+    )
+
+
+def _run_fused_experts(self, layer, dispatch_output, **quant):
+    from kunlun_triton import ops
+    from sglang.srt.layers.moe.token_dispatcher import StandardCombineInput
+    from sglang.srt.utils import is_cuda
+
+    from . import dev_mode
+
+    cfg = self.moe_runner_config
+    topk_output = dispatch_output.topk_output
     out = ops.fused_experts(
         dispatch_output.hidden_states, layer.w13_weight, layer.w2_weight, topk_output.topk_weights,
         topk_output.topk_ids, activation=cfg.activation,
         apply_router_weight_on_input=bool(cfg.apply_router_weight_on_input),
         out=dispatch_output.hidden_states if cfg.inplace else None,  # as SGLang's Triton runner
-        check=dev_mode() and layer.moe_ep_size == 1,
+        check=dev_mode() and layer.moe_ep_size == 1, **quant,
     )  # fmt: skip
     scale = cfg.routed_scaling_factor
     if is_cuda() and scale not in (None, 1.0) and not layer.should_fuse_routed_scaling_factor_in_topk:
         out.mul_(scale)  # the CUDA runner's job there (see the module doc)
     return StandardCombineInput(hidden_states=out)
+
+
+def _experts_forward(self, layer, dispatch_output):
+    if not _ours_can_run(self, layer, dispatch_output, int8=False):
+        return self.forward_native(layer, dispatch_output)
+    return _run_fused_experts(self, layer, dispatch_output)
+
+
+def int8_experts_apply(original, self, layer, dispatch_output):
+    """``W8A8Int8MoEMethod.apply`` (an AROUND hook, kunlun platform only):
+    int8 experts with per-channel scales through fused_experts(use_int8_w8a8);
+    SGLang's own path (its CUDA Triton runner) for what ours does not cover."""
+    if use_intel_amx_or_arm(layer) or not _ours_can_run(self, layer, dispatch_output, int8=True) \
+            or getattr(layer, "w13_input_scale", None) is not None:  # fmt: skip
+        return original(self, layer, dispatch_output)
+    return _run_fused_experts(self, layer, dispatch_output, use_int8_w8a8=True, w13_scale=layer.w13_weight_scale,
+                              w2_scale=layer.w2_weight_scale)  # fmt: skip
+
+
+def use_intel_amx_or_arm(layer) -> bool:
+    """SGLang's CPU engine paths (AMX / arm64 sgl_kernel ops) stay SGLang's."""
+    from sglang.srt.layers.quantization import w8a8_int8
+
+    return bool(w8a8_int8.use_intel_amx_backend(layer) or w8a8_int8._is_cpu_arm64)
 
 
 def register_moe_ops(dispatch_key: str) -> dict[type, str]:
@@ -172,14 +208,17 @@ def check_model(model) -> int:
 
     from kunlun_triton.runtime import current_target
 
+    from sglang.srt.layers.quantization.w8a8_int8 import W8A8Int8MoEMethod
+
     layers = [(name, m) for name, m in model.named_modules() if isinstance(m, FusedMoE)]
     for name, layer in layers:
         method = type(layer.quant_method)
-        if method is not UnquantizedFusedMoEMethod:
+        if method not in (UnquantizedFusedMoEMethod, W8A8Int8MoEMethod):
             raise UnsupportedMoE(
                 f"kunlun-triton: MoE layer {name} uses {method.__name__} (a quantized or wrapped expert method); "
-                f"on target {current_target().name} only unquantized experts run (kunlun-triton's {MOE_OPS}). "
-                "SGLang's quantized MoE kernels are CUDA-only: serve the unquantized checkpoint."
+                f"on target {current_target().name} only unquantized and W8A8-INT8 experts run (kunlun-triton's "
+                f"{MOE_OPS}). SGLang's other quantized MoE kernels are CUDA-only: serve the unquantized or a "
+                "w8a8_int8 checkpoint."
             )
         if layer.moe_ep_size > 1:
             raise UnsupportedMoE(f"kunlun-triton: MoE layer {name} is expert-parallel (ep size "

@@ -27,6 +27,9 @@ an fp16 copy of a Hugging Face checkpoint into a new directory::
 - the output's files and directory get the permissions the user's umask
   gives new files (source modes are not copied).
 
+``--quantize w8a8-int8`` also quantizes the decoder's linear weights into
+SGLang's ``w8a8_int8`` format (`quantize_weights`).
+
 Needs the ``safetensors`` package (``pip install kunlun-triton[tools]``).
 ``--from-gguf FILE`` converts a llama.cpp GGUF file instead: see
 gguf_checkpoint.py.
@@ -74,6 +77,7 @@ class ConvertReport:
     overflows: list = field(default_factory=list)
     copied: list = field(default_factory=list)
     skipped: list = field(default_factory=list)
+    quantized: int = 0  # --quantize: linear weights written as int8 + scale
 
 
 def _safetensors():
@@ -246,7 +250,7 @@ def _update_config(config: dict, dtype_name: str) -> dict:
     return config
 
 
-def convert(model_path, output, dtype="fp16", on_overflow="clamp", progress=True) -> ConvertReport:
+def convert(model_path, output, dtype="fp16", on_overflow="clamp", progress=True, quantize=None) -> ConvertReport:
     """Convert the checkpoint at `model_path` into the new directory `output`.
 
     Everything is read and validated first (paths, index and config JSON,
@@ -258,7 +262,10 @@ def convert(model_path, output, dtype="fp16", on_overflow="clamp", progress=True
         raise ConvertError(f"--dtype {dtype!r}: expected one of {', '.join(DTYPES)}")
     if on_overflow not in ("clamp", "refuse"):
         raise ConvertError(f"--on-overflow {on_overflow!r}: expected clamp or refuse")
+    from .quantize_weights import quantizer
+
     target = DTYPES[dtype]
+    quant = quantizer(quantize)
     src, out = Path(model_path), Path(output)
     _check_paths(src, out)
     safe_open, save_file = _safetensors()
@@ -268,8 +275,10 @@ def convert(model_path, output, dtype="fp16", on_overflow="clamp", progress=True
     try:
         created = _make_parents(out.parent)
         work = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
-        sizes = _convert_shards(safe_open, save_file, src, work, plan, target, dtype, on_overflow, report, progress)
-        _copy_the_rest(src, work, plan, target, sizes, report)
+        sizes = _convert_shards(safe_open, save_file, src, work, plan, target, dtype, on_overflow, report, progress,
+                                quant)  # fmt: skip
+        _copy_the_rest(src, work, plan, target, sizes, report, quant)
+        report.quantized = quant.quantized if quant is not None else 0
         os.chmod(work, 0o777 & ~_umask())  # mkdtemp makes it 0700
         if out.exists() or out.is_symlink():
             raise ConvertError(f"--output {out} appeared while converting; refusing to overwrite it")
@@ -289,7 +298,8 @@ def convert(model_path, output, dtype="fp16", on_overflow="clamp", progress=True
     return report
 
 
-def _convert_shards(safe_open, save_file, src, work, plan, target, dtype, on_overflow, report, progress) -> int:
+def _convert_shards(safe_open, save_file, src, work, plan, target, dtype, on_overflow, report, progress,
+                    quant=None) -> int:  # fmt: skip
     """Cast and write every shard into `work`; returns the bytes written."""
     bar = ProgressBar(sum(len(v) for v in plan.names.values())) if progress else None
     done, sizes = 0, 0
@@ -301,8 +311,11 @@ def _convert_shards(safe_open, save_file, src, work, plan, target, dtype, on_ove
                 for name in plan.names[f]:
                     if bar:
                         bar.update(done, f"{f}: {name}")
-                    tensors[name] = cast_tensor(name, handle.get_tensor(name), target, on_overflow, report)
-                    sizes += tensors[name].numel() * tensors[name].element_size()
+                    t = handle.get_tensor(name)
+                    new = quant.quantize(f, name, t) if quant is not None and quant.owns(name, t) else \
+                        {name: cast_tensor(name, t, target, on_overflow, report)}  # fmt: skip
+                    tensors.update(new)
+                    sizes += sum(v.numel() * v.element_size() for v in new.values())
                     done += 1
         except (ConvertError, OSError):
             raise
@@ -326,7 +339,8 @@ def _convert_shards(safe_open, save_file, src, work, plan, target, dtype, on_ove
     return sizes
 
 
-def _copy_the_rest(src: Path, work: Path, plan: Plan, target, total_size: int, report: ConvertReport) -> None:
+def _copy_the_rest(src: Path, work: Path, plan: Plan, target, total_size: int, report: ConvertReport,
+                   quant=None) -> None:  # fmt: skip
     for path in sorted(src.iterdir()):
         if path.name in plan.files:
             continue
@@ -334,10 +348,11 @@ def _copy_the_rest(src: Path, work: Path, plan: Plan, target, total_size: int, r
             report.skipped.append(path.name)
         elif path.name == "config.json" and plan.config is not None:
             config = _update_config(plan.config, CONFIG_NAMES[target])
+            config = quant.update_config(config) if quant is not None else config
             (work / path.name).write_text(json.dumps(config, indent=2) + "\n")
             report.copied.append(path.name)
         elif path.name == INDEX_NAME and plan.index is not None:
-            index = dict(plan.index)
+            index = quant.update_index(plan.index) if quant is not None else dict(plan.index)
             index["metadata"] = {**(index.get("metadata") or {}), "total_size": total_size}
             (work / path.name).write_text(json.dumps(index, indent=2) + "\n")
             report.copied.append(path.name)
@@ -356,6 +371,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", default="fp16", choices=sorted(DTYPES))
     p.add_argument("--on-overflow", default="clamp", choices=("clamp", "refuse"),
                    help="values beyond the dtype's range: clamp them, or write nothing")
+    p.add_argument("--quantize", choices=("w8a8-int8",), default=None,
+                   help="also quantize the decoder's linear weights (SGLang's w8a8_int8 format)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     return p
 
@@ -367,13 +384,16 @@ def main(argv=None) -> int:
 
         return run(args)
     try:
-        report = convert(args.model_path, args.output, args.dtype, args.on_overflow, progress=not args.quiet)
+        report = convert(args.model_path, args.output, args.dtype, args.on_overflow, progress=not args.quiet,
+                         quantize=args.quantize)  # fmt: skip
     except ConvertError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("\ninterrupted; nothing written", file=sys.stderr)
         return 130
+    if args.quantize:
+        print(f"quantized {report.quantized} linear weights to {args.quantize} (int8 + fp32 per-channel scales)")
     print(f"converted {report.converted} floating-point tensors to {args.dtype}; kept {len(report.kept)} as they were")
     for name, dtype in report.kept[:10]:
         print(f"  kept {name} ({dtype})")

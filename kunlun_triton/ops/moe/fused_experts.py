@@ -24,6 +24,13 @@ call allocates twice: the int32 index (block table, then sorted slots) and
 one scratch in x's dtype (the activations, then the slot outputs at an
 aligned offset); the kernels take offsets instead of host-side slices.
 
+W8A8-INT8 experts (``use_int8_w8a8``, SGLang's W8A8Int8MoEMethod): x is
+quantized per token and the activation rows per row (`per_token_quant_int8`,
+two more launches), W13/W2 stay int8 with per-channel fp32 scales, and both
+GEMMs accumulate exactly in int32 (`quant.kernels.int8_tile_product`,
+constexpr ``W8A8``; the float path's code is unchanged), scaled by the
+token's and the channel's scales after the loop.
+
 Blocks belong to one expert, so an expert with no token launches no work;
 a program past the last block returns after one load. The matmuls are
 ``tl.dot`` or, where a target lacks it, ``tl.sum`` of broadcast products
@@ -40,7 +47,7 @@ import triton
 import triton.language as tl
 
 from ...runtime import capabilities, launch_options, plan_cache, use_triton
-from ...runtime.dtypes import INDEX_DTYPES
+from ...runtime.dtypes import FLOAT_DTYPES, INDEX_DTYPES
 from ..spec import explicit_config, lookup_config
 from ..launch import constexpr_args, run_keywords
 from ..validation import (
@@ -51,6 +58,8 @@ from ..validation import (
     require_same_device,
     require_tensor,
 )
+from ..quant.kernels import int8_tile_product
+from ..quant.ops import MAX_EXACT_BLOCK_K, per_token_quant_int8
 from . import align, reference
 from .tiles import dot_block, gated_activation, load_or_zero, tile_matmul
 
@@ -87,6 +96,8 @@ def moe_gate_up_kernel(
     x_stride,
     w_stride_e,
     w_stride_n,
+    a_scale_ptr,  # W8A8: x's per-token scales [T]; else None
+    w_scale_ptr,  # W8A8: W13's per-channel scales [E, 2I]; else None
     H: tl.constexpr,
     I: tl.constexpr,
     TOP_K: tl.constexpr,
@@ -98,8 +109,13 @@ def moe_gate_up_kernel(
     USE_DOT: tl.constexpr,
     DOT_FP32: tl.constexpr,
     ZERO_AFTER_LOAD: tl.constexpr,
+    W8A8: tl.constexpr,
 ):
-    """inter[row] = act(gate) * up for one block of rows and BLOCK_N columns of I."""
+    """inter[row] = act(gate) * up for one block of rows and BLOCK_N columns of I.
+
+    W8A8 >= 0: x and W13 are int8, the products exact in int32 (`W8A8` is
+    `quant.kernels.int8_tile_product`'s formulation), scaled per token and
+    per channel after the loop; -1: float operands (`tile_matmul`)."""
     expert = tl.load(block_info_ptr + 3 * tl.program_id(0))
     if expert < 0:  # past the last block
         return
@@ -110,8 +126,12 @@ def moe_gate_up_kernel(
     a_ptrs = x_ptr + tokens[:, None] * x_stride + k[None, :]
     gate_ptrs = w13_ptr + expert.to(tl.int64) * w_stride_e + (cols % I)[None, :].to(tl.int64) * w_stride_n + k[:, None]
     up_ptrs = gate_ptrs + I * w_stride_n
-    gate = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-    up = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    if W8A8 >= 0:
+        gate = tl.zeros([BLOCK_M, BLOCK_N], tl.int32)
+        up = tl.zeros([BLOCK_M, BLOCK_N], tl.int32)
+    else:
+        gate = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+        up = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
     for k0 in range(0, H, BLOCK_K):
         if H % BLOCK_K == 0:
             a = tl.load(a_ptrs)
@@ -122,11 +142,20 @@ def moe_gate_up_kernel(
             a = load_or_zero(a_ptrs, k_ok[None, :], ZERO_AFTER_LOAD)
             g = load_or_zero(gate_ptrs, k_ok[:, None], ZERO_AFTER_LOAD)
             u = load_or_zero(up_ptrs, k_ok[:, None], ZERO_AFTER_LOAD)
-        gate = tile_matmul(a, g, gate, USE_DOT, DOT_FP32)
-        up = tile_matmul(a, u, up, USE_DOT, DOT_FP32)
+        if W8A8 >= 0:
+            gate = int8_tile_product(a, g, gate, W8A8)
+            up = int8_tile_product(a, u, up, W8A8)
+        else:
+            gate = tile_matmul(a, g, gate, USE_DOT, DOT_FP32)
+            up = tile_matmul(a, u, up, USE_DOT, DOT_FP32)
         a_ptrs += BLOCK_K
         gate_ptrs += BLOCK_K
         up_ptrs += BLOCK_K
+    if W8A8 >= 0:  # acc * a_scale[token] * w_scale[channel], as SGLang's int8 runner
+        a_scale = tl.load(a_scale_ptr + tokens)[:, None]
+        scales = w_scale_ptr + expert.to(tl.int64) * 2 * I + cols % I
+        gate = gate.to(tl.float32) * a_scale * tl.load(scales)[None, :]
+        up = up.to(tl.float32) * a_scale * tl.load(scales + I)[None, :]
     if WEIGHT_ON_INPUT:  # W13 @ (w x) = w (W13 @ x)
         w = tl.load(topk_weights_ptr + slots).to(tl.float32)[:, None]
         gate *= w
@@ -148,6 +177,8 @@ def moe_down_kernel(
     w_stride_e,
     w_stride_n,
     out_stride,
+    a_scale_ptr,  # W8A8: the sorted rows' per-row scales [slots]; else None
+    w_scale_ptr,  # W8A8: W2's per-channel scales [E, H]; else None
     H: tl.constexpr,
     I: tl.constexpr,
     BLOCK_M: tl.constexpr,
@@ -157,8 +188,10 @@ def moe_down_kernel(
     USE_DOT: tl.constexpr,
     DOT_FP32: tl.constexpr,
     ZERO_AFTER_LOAD: tl.constexpr,
+    W8A8: tl.constexpr,
 ):
-    """out[slot] = w[slot] * W2[e] @ inter[row] for one block of rows and BLOCK_N columns of H."""
+    """out[slot] = w[slot] * W2[e] @ inter[row] for one block of rows and BLOCK_N
+    columns of H (W8A8 >= 0: int8 inter rows and W2, as in `moe_gate_up_kernel`)."""
     expert = tl.load(block_info_ptr + 3 * tl.program_id(0))
     if expert < 0:  # past the last block
         return
@@ -167,7 +200,10 @@ def moe_down_kernel(
     k = tl.arange(0, BLOCK_K)
     a_ptrs = inter_ptr + rows[:, None].to(tl.int64) * I + k[None, :]
     b_ptrs = w2_ptr + expert.to(tl.int64) * w_stride_e + (cols % H)[None, :].to(tl.int64) * w_stride_n + k[:, None]
-    acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    if W8A8 >= 0:
+        acc = tl.zeros([BLOCK_M, BLOCK_N], tl.int32)
+    else:
+        acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
     for k0 in range(0, I, BLOCK_K):
         if I % BLOCK_K == 0:
             a = tl.load(a_ptrs)
@@ -176,9 +212,15 @@ def moe_down_kernel(
             k_ok = k < I - k0
             a = load_or_zero(a_ptrs, k_ok[None, :], ZERO_AFTER_LOAD)
             b = load_or_zero(b_ptrs, k_ok[:, None], ZERO_AFTER_LOAD)
-        acc = tile_matmul(a, b, acc, USE_DOT, DOT_FP32)
+        if W8A8 >= 0:
+            acc = int8_tile_product(a, b, acc, W8A8)
+        else:
+            acc = tile_matmul(a, b, acc, USE_DOT, DOT_FP32)
         a_ptrs += BLOCK_K
         b_ptrs += BLOCK_K
+    if W8A8 >= 0:
+        w_scale = tl.load(w_scale_ptr + expert.to(tl.int64) * H + cols % H)
+        acc = acc.to(tl.float32) * tl.load(a_scale_ptr + rows)[:, None] * w_scale[None, :]
     if MUL_WEIGHT:
         acc *= tl.load(topk_weights_ptr + slots).to(tl.float32)[:, None]
     # K = 1: slot == token, and out_ptr is the output itself
@@ -220,10 +262,11 @@ def moe_sum_kernel(
 # ---------------------------------------------------------------- launcher
 
 
-def _validate(x, w13, w2, topk_weights, topk_ids, activation, formulation):
+def _validate(x, w13, w2, topk_weights, topk_ids, activation, formulation, int8=False):
     require_tensor(OP, "hidden_states", x, ndim=2)
-    require_tensor(OP, "w13", w13, ndim=3)
-    require_tensor(OP, "w2", w2, ndim=3)
+    weight_dtypes = (torch.int8,) if int8 else FLOAT_DTYPES  # use_int8_w8a8: int8 experts
+    require_tensor(OP, "w13", w13, dtypes=weight_dtypes, ndim=3)
+    require_tensor(OP, "w2", w2, dtypes=weight_dtypes, ndim=3)
     require_tensor(OP, "topk_weights", topk_weights, ndim=2)
     require_tensor(OP, "topk_ids", topk_ids, dtypes=INDEX_DTYPES, ndim=2)
     require_choice(OP, "activation", activation, ACTIVATIONS)
@@ -237,8 +280,9 @@ def _validate(x, w13, w2, topk_weights, topk_ids, activation, formulation):
     require_same(OP, "w13's shape and (E, 2I, hidden size)", w13=tuple(w13.shape),
                  expected=(experts, 2 * inter, hidden))  # fmt: skip
     require_same(OP, "w2's shape and (E, hidden size, I)", w2=tuple(w2.shape), expected=(experts, hidden, inter))
-    require_same(OP, "dtypes of hidden_states and the expert weights", hidden_states=x.dtype, w13=w13.dtype,
-                 w2=w2.dtype)  # fmt: skip
+    if not int8:
+        require_same(OP, "dtypes of hidden_states and the expert weights", hidden_states=x.dtype, w13=w13.dtype,
+                     w2=w2.dtype)  # fmt: skip
     require_same(OP, "shapes of topk_weights and topk_ids", topk_weights=tuple(topk_weights.shape),
                  topk_ids=tuple(topk_ids.shape))  # fmt: skip
     top_k = topk_ids.shape[1]
@@ -250,6 +294,18 @@ def _validate(x, w13, w2, topk_weights, topk_ids, activation, formulation):
         raise ValueError(f"{OP}: w13 must hold 1..{MAX_EXPERTS} experts, got {experts}")
     require_same_device(OP, hidden_states=x, w13=w13, w2=w2, topk_weights=topk_weights, topk_ids=topk_ids)
     return tokens, hidden, experts, inter, top_k
+
+
+def _validate_scales(w13_scale, w2_scale, experts, hidden, inter):
+    """use_int8_w8a8: per-output-channel fp32 scales, [E, 2I, 1] and [E, H, 1]
+    (SGLang's W8A8Int8MoEMethod) or without the trailing 1, contiguous."""
+    for name, t, rows in (("w13_scale", w13_scale, 2 * inter), ("w2_scale", w2_scale, hidden)):
+        if t is None:
+            raise ValueError(f"{OP}: {name} is None; use_int8_w8a8 needs per-output-channel fp32 scales")
+        require_tensor(OP, name, t, dtypes=(torch.float32,), min_ndim=2, max_ndim=3)
+        if tuple(t.shape[:2]) != (experts, rows) or t.numel() != experts * rows or not t.is_contiguous():
+            raise ValueError(f"{OP}: {name} must be a contiguous fp32 [{experts}, {rows}, 1] tensor, got shape "
+                             f"{tuple(t.shape)} with strides {t.stride()}")  # fmt: skip
 
 
 def _check_ids(topk_ids, experts):
@@ -270,11 +326,14 @@ def _tiles(config, key, size, use_dot, default_key=None):
 class _Plan:
     """What a shape class launches with: block sizes, constexprs, `run_keywords`."""
 
-    def __init__(self, experts, top_k, hidden, inter, dtype, activation, on_input, formulation, config, caps=None):
+    def __init__(self, experts, top_k, hidden, inter, dtype, activation, on_input, formulation, config, caps=None,
+                 int8=False):  # fmt: skip
         caps = caps or capabilities()
         name = formulation or config.get("formulation") or ("dot" if caps.has_dot else "sum")
         require_choice(OP, "formulation", name, FORMULATIONS)
         use_dot = name == "dot"
+        # int8 experts: quant.kernels.int8_tile_product's formulation (int8 dot, fp16 dot, sum)
+        w8a8 = ((0 if caps.dot_int8 else 1) if use_dot else 2) if int8 else -1
         dot_fp32 = use_dot and (dtype == torch.float32 or (dtype == torch.bfloat16 and not caps.dot_bf16))
         zero = caps.load_ignores_other
         # BLOCK_M/N/K: autotune_configs/default.yaml (their one home); W2's tiles default to W13's
@@ -287,9 +346,12 @@ class _Plan:
                 bk //= 2
             while bm * dbk * dbn > SUM_TILE_CAP and dbk > 1:
                 dbk //= 2
+        if int8:  # a float step of int8 products stays exact up to 1024 of them
+            bk, dbk = min(bk, MAX_EXACT_BLOCK_K), min(dbk, MAX_EXACT_BLOCK_K)
         # every kernel's constexprs, in its signature's order (`ops.launch`)
         self.keywords = run_keywords(launch_options(config))
-        common = dict(H=hidden, I=inter, BLOCK_M=bm, USE_DOT=use_dot, DOT_FP32=dot_fp32, ZERO_AFTER_LOAD=zero)
+        common = dict(H=hidden, I=inter, BLOCK_M=bm, USE_DOT=use_dot, DOT_FP32=dot_fp32, ZERO_AFTER_LOAD=zero,
+                      W8A8=w8a8)  # fmt: skip
         self.gate_up = constexpr_args(moe_gate_up_kernel, **common, TOP_K=top_k, BLOCK_N=bn, BLOCK_K=bk,
                                       ACTIVATION=ACTIVATIONS.index(activation), WEIGHT_ON_INPUT=on_input)  # fmt: skip
         self.down = constexpr_args(moe_down_kernel, **common, BLOCK_N=dbn, BLOCK_K=dbk, MUL_WEIGHT=not on_input)
@@ -310,14 +372,15 @@ class _Plan:
 
 
 @plan_cache
-def _plan(bucket, experts, top_k, hidden, inter, dtype, activation, on_input, formulation, config=None) -> _Plan:
+def _plan(bucket, experts, top_k, hidden, inter, dtype, activation, on_input, formulation, int8=False,
+          config=None) -> _Plan:  # fmt: skip
     """The launch plan of a shape class (token count rounded up to a power
     of two): resolved once per class, target and config directory (an
     explicit `config` builds afresh)."""
     require_choice(OP, "activation", activation, ACTIVATIONS)
     dims = dict(tokens=bucket, num_experts=experts, top_k=top_k, hidden_size=hidden, intermediate_size=inter)
     config = lookup_config(OP, **dims) if config is None else explicit_config(OP, config, **dims)
-    return _Plan(experts, top_k, hidden, inter, dtype, activation, on_input, formulation, config)
+    return _Plan(experts, top_k, hidden, inter, dtype, activation, on_input, formulation, config, int8=int8)
 
 
 def align_slots(topk_ids: torch.Tensor, num_experts: int, plan: _Plan):
@@ -357,8 +420,17 @@ def fused_experts(
     check: bool = True,
     formulation: str | None = None,
     config: dict | None = None,
+    use_int8_w8a8: bool = False,
+    w13_scale: torch.Tensor | None = None,
+    w2_scale: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The routed experts' output [T, H] in hidden_states' dtype (see the module doc).
+
+    ``use_int8_w8a8`` (SGLang's W8A8Int8MoEMethod): w13 and w2 are int8 with
+    per-output-channel fp32 scales `w13_scale` [E, 2I, 1] and `w2_scale`
+    [E, H, 1]; x and the activation rows are quantized per token
+    (`per_token_quant_int8`) and each GEMM accumulates exactly in int32,
+    scaled by the token's and the channel's scales after its loop.
 
     hidden_states [T, H] (rows may be strided); w13 [E, 2I, H] (gate rows,
     then up rows: SGLang's layout) and w2 [E, H, I], in hidden_states'
@@ -377,7 +449,10 @@ def fused_experts(
     """
     if checked_mode(check):
         tokens, hidden, experts, inter, top_k = _validate(hidden_states, w13, w2, topk_weights, topk_ids, activation,
-                                                          formulation)  # fmt: skip
+                                                          formulation, use_int8_w8a8)  # fmt: skip
+        if use_int8_w8a8:
+            _validate_scales(w13_scale, w2_scale, experts, hidden, inter)
+            require_same_device(OP, hidden_states=hidden_states, w13_scale=w13_scale, w2_scale=w2_scale)
         if out is not None:
             require_tensor(OP, "out", out, ndim=2)
             require_same(OP, "shapes of out and hidden_states", out=tuple(out.shape),
@@ -394,12 +469,16 @@ def fused_experts(
         out = hidden_states.new_empty(tokens, hidden)
     if tokens == 0:
         return out
+    int8 = bool(use_int8_w8a8)
     if not use_triton(OP, *tensors):
+        quant = dict(use_int8_w8a8=True, w13_scale=w13_scale, w2_scale=w2_scale) if int8 else {}
         return out.copy_(reference.fused_experts(hidden_states, w13, w2, topk_weights, topk_ids, activation=activation,
-                                                 apply_router_weight_on_input=apply_router_weight_on_input))  # fmt: skip
+                                                 apply_router_weight_on_input=apply_router_weight_on_input,
+                                                 **quant))  # fmt: skip
     args = (1 << (tokens - 1).bit_length(), experts, top_k, hidden, inter, hidden_states.dtype, activation,
-            bool(apply_router_weight_on_input), formulation)  # fmt: skip
+            bool(apply_router_weight_on_input), formulation, int8)  # fmt: skip
     plan = _plan(*args) if config is None else _plan.uncached(*args, config)
+    x, x_scale = per_token_quant_int8(hidden_states, check=False) if int8 else (hidden_states, None)
     ids = topk_ids if topk_ids.is_contiguous() else topk_ids.contiguous()
     weights = topk_weights if topk_weights.is_contiguous() else topk_weights.contiguous()
     index, bound = align_slots(ids, experts, plan)
@@ -410,17 +489,20 @@ def fused_experts(
     inter_size = -(-n * inter // 64) * 64
     scratch = hidden_states.new_empty(inter_size + n * hidden if top_k > 1 else n * inter)
     moe_gate_up_kernel.run(
-        hidden_states, w13, scratch, index, bound, weights, hidden_states.stride(0), *w13.stride()[:2],
+        x, w13, scratch, index, bound, weights, x.stride(0), *w13.stride()[:2], x_scale, w13_scale,
         *plan.gate_up, grid=(bound, plan.gate_up_tiles), **plan.keywords,
     )  # fmt: skip
+    # W8A8: the activation rows quantized per row (SGLang's intermediate cache quantized per token)
+    inter_rows, inter_scale = per_token_quant_int8(scratch[: n * inter].view(n, inter), check=False) if int8 \
+        else (scratch, None)  # fmt: skip
     if top_k == 1:
         moe_down_kernel.run(
-            scratch, w2, out, 0, index, bound, weights, *w2.stride()[:2], out.stride(0),
+            inter_rows, w2, out, 0, index, bound, weights, *w2.stride()[:2], out.stride(0), inter_scale, w2_scale,
             *plan.down, grid=(bound, plan.down_tiles), **plan.keywords,
         )  # fmt: skip
         return out
     moe_down_kernel.run(
-        scratch, w2, scratch, inter_size, index, bound, weights, *w2.stride()[:2], hidden,
+        inter_rows, w2, scratch, inter_size, index, bound, weights, *w2.stride()[:2], hidden, inter_scale, w2_scale,
         *plan.down, grid=(bound, plan.down_tiles), **plan.keywords,
     )  # fmt: skip
     moe_sum_kernel.run(

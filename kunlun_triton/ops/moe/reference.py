@@ -84,13 +84,25 @@ def fused_experts(
     *,
     activation: str = "silu",
     apply_router_weight_on_input: bool = False,
+    use_int8_w8a8: bool = False,
+    w13_scale: torch.Tensor | None = None,
+    w2_scale: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """out[t] = sum_k w[t,k] * W2[e] @ (act(gate) * up), [gate; up] = W13[e] @ x[t], e = ids[t,k].
 
     Ids outside [0, E) contribute nothing (the op rejects them in checked
     mode). With `apply_router_weight_on_input` the weight scales x[t] before
     W13 instead of the expert's output.
+
+    ``use_int8_w8a8``: int8 W13/W2 with per-output-channel scales; x and the
+    activation rows quantized per token (`quant.reference`), each product
+    exact (int64), then times the token's and the channel's scales in fp32
+    (and the weight on input after them: the scales are per row, so
+    quantizing w x gives the same codes).
     """
+    if use_int8_w8a8:
+        return _fused_experts_int8(hidden_states, w13, w2, topk_weights, topk_ids, activation,
+                                   apply_router_weight_on_input, w13_scale, w2_scale)  # fmt: skip
     tokens, hidden = hidden_states.shape
     num_experts, inter = w13.shape[0], w13.shape[1] // 2
     dtype = hidden_states.dtype
@@ -107,6 +119,34 @@ def fused_experts(
         h = (_activation(gate_up[:, :inter], activation) * gate_up[:, inter:]).to(dtype).float()
         y = h @ w2[expert].float().t()
         if not apply_router_weight_on_input:
+            y = y * weight
+        out.index_add_(0, token_idx, y.to(dtype).float())
+    return out.to(dtype)
+
+
+def _fused_experts_int8(hidden_states, w13, w2, topk_weights, topk_ids, activation, on_input, w13_scale, w2_scale):
+    from ..quant.reference import per_token_quant_int8
+
+    tokens, hidden = hidden_states.shape
+    num_experts, inter = w13.shape[0], w13.shape[1] // 2
+    dtype = hidden_states.dtype
+    out = torch.zeros(tokens, hidden, dtype=torch.float32, device=hidden_states.device)
+    x_q, x_scale = per_token_quant_int8(hidden_states)
+    s13, s2 = w13_scale.reshape(num_experts, -1).float(), w2_scale.reshape(num_experts, -1).float()
+    ids = topk_ids.long()
+    for expert in torch.unique(ids).tolist():
+        if not 0 <= expert < num_experts:
+            continue
+        token_idx, slot_idx = torch.nonzero(ids == expert, as_tuple=True)
+        weight = topk_weights[token_idx, slot_idx].float()[:, None]
+        acc = (x_q[token_idx].long() @ w13[expert].long().t()).float()
+        gate_up = acc * x_scale[token_idx] * s13[expert][None, :]
+        if on_input:
+            gate_up = gate_up * weight
+        h = (_activation(gate_up[:, :inter], activation) * gate_up[:, inter:]).to(dtype)
+        h_q, h_scale = per_token_quant_int8(h)
+        y = (h_q.long() @ w2[expert].long().t()).float() * h_scale * s2[expert][None, :]
+        if not on_input:
             y = y * weight
         out.index_add_(0, token_idx, y.to(dtype).float())
     return out.to(dtype)

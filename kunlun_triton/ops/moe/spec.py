@@ -204,10 +204,14 @@ def fused_experts_kernels(shape, dtype, config) -> list[KernelSpec]:
     tokens, experts, top_k = shape["tokens"], shape["num_experts"], shape["top_k"]
     hidden, inter = shape["hidden_size"], shape["intermediate_size"]
     meta = lambda *size, dtype=dtype: torch.empty(*size, dtype=dtype, device="meta")  # noqa: E731
-    x, w13, w2 = meta(tokens, hidden), meta(experts, 2 * inter, hidden), meta(experts, hidden, inter)
+    wdt = torch.int8 if shape.get("int8") else dtype  # "int8": SGLang's W8A8-INT8 experts
+    x = meta(tokens, hidden)
+    w13, w2 = meta(experts, 2 * inter, hidden, dtype=wdt), meta(experts, hidden, inter, dtype=wdt)
     weights, ids = meta(tokens, top_k, dtype=torch.float32), meta(tokens, top_k, dtype=torch.int32)
+    quant = dict(use_int8_w8a8=True, w13_scale=meta(experts, 2 * inter, 1, dtype=torch.float32),
+                 w2_scale=meta(experts, hidden, 1, dtype=torch.float32)) if shape.get("int8") else {}  # fmt: skip
     call = lambda: fused_experts(x, w13, w2, weights, ids, activation=shape.get("activation", "silu"),  # noqa: E731
-                                 check=False, config=config)
+                                 check=False, config=config, **quant)
     target = _compile_target()
     specs = kernel_specs(call, Target(target.name, target.arch, "meta", target.reason))
     # one main-loop iteration: a BLOCK_K step of the GEMMs

@@ -24,10 +24,10 @@ def inspect_baselines() -> dict:
     op's job, planned for the active target the way SGLang's launchers plan
     them (`kunlun-triton inspect --compare sglang`)."""
     from .attention import decode_inspect_specs, extend_inspect_specs
-    from .moe import fused_experts_inspect_specs
+    from .moe import fused_experts_inspect_specs, int8_scaled_mm_inspect_specs
 
     return {"decode_attention": decode_inspect_specs, "extend_attention": extend_inspect_specs,
-            "fused_experts": fused_experts_inspect_specs}
+            "fused_experts": fused_experts_inspect_specs, "int8_scaled_mm": int8_scaled_mm_inspect_specs}
 
 
 def traffic_baselines() -> dict:

@@ -58,7 +58,8 @@ def fused_experts_baseline(case):
 
 def fused_moe_kernel_spec(dtype: torch.dtype, *, block_m: int, block_n: int, block_k: int, top_k: int,
                           mul_routed_weight: bool, even_k: bool = True, group_size_m: int = 1,
-                          ints: dict | None = None, options: dict | None = None) -> KernelSpec:  # fmt: skip
+                          ints: dict | None = None, options: dict | None = None,
+                          int8: bool = False) -> KernelSpec:  # fmt: skip
     """SGLang's ``fused_moe_kernel`` as ``invoke_fused_moe_kernel`` launches it
     for unquantized weights (no TMA, no bias, no fused epilogues), at the given
     block sizes: W13 with ``block_n`` = 2 x our BLOCK_N covers what one of our
@@ -66,26 +67,33 @@ def fused_moe_kernel_spec(dtype: torch.dtype, *, block_m: int, block_n: int, blo
     strides (A, B along K and C along N) are specialised to 1, as a launch does;
     pointers are 16-byte aligned and the integer arguments in `ints` (their
     values at a shape) divisible by 16 are marked so, as Triton's launcher
-    specialises them; `options`: num_warps / num_stages."""
+    specialises them; `options`: num_warps / num_stages. `int8`: its
+    ``use_int8_w8a8`` + ``per_channel_quant`` launch (int8 A and B, A's
+    per-token scales [M, 1], B's per-channel [E, N, 1])."""
     t = _TRITON_DTYPES[dtype]
-    none = ("a_desc", "b_desc", "bias_ptr", "a_scale_ptr", "b_scale_ptr", "add_mask_ptr")
-    one = ("stride_ak", "stride_bk", "stride_cn")
-    zero = ("stride_bias_e", "stride_bias_n", "stride_asm", "stride_ask", "stride_bse", "stride_bsk", "stride_bsn")
+    scales = ("a_scale_ptr", "b_scale_ptr")
+    none = ("a_desc", "b_desc", "bias_ptr", "add_mask_ptr") + (() if int8 else scales)
+    one = ("stride_ak", "stride_bk", "stride_cn") + (("stride_asm", "stride_ask", "stride_bsk", "stride_bsn") if int8
+                                                     else ())  # fmt: skip
+    zero = ("stride_bias_e", "stride_bias_n") + (() if int8 else ("stride_asm", "stride_ask", "stride_bse",
+                                                                  "stride_bsk", "stride_bsn"))  # fmt: skip
     constexprs = {
         **{n: None for n in none}, **{n: 1 for n in one}, **{n: 0 for n in zero},
         "group_n": 0, "group_k": 0, "BLOCK_SIZE_M": block_m, "BLOCK_SIZE_N": block_n, "BLOCK_SIZE_K": block_k,
         "GROUP_SIZE_M": group_size_m, "MUL_ROUTED_WEIGHT": mul_routed_weight, "top_k": top_k,
         "compute_type": {"bf16": "tl.bfloat16", "fp16": "tl.float16", "fp32": "tl.float32"}[t],
-        "use_fp8_w8a8": False, "use_int8_w8a8": False, "use_int8_w8a16": False, "per_channel_quant": False,
+        "use_fp8_w8a8": False, "use_int8_w8a8": int8, "use_int8_w8a16": False, "per_channel_quant": int8,
         "even_Ks": even_k, "c_sorted": False, "swap_ab": False, "FUSE_ADD_TO_OUTPUT": False, "MASK_OUTPUT": False,
         "FUSE_SUM_ALL_REDUCE": False, "ROUTER_TOPK": 1, "FUSE_SWIGLU": False, "USE_GDC": False, "GDC_EARLY": False,
         "A_OUTPUT_SLICES": 1, "A_OUTPUT_SLICE_WIDTH": 0, "A_OUTPUT_SLICE_K": 0,
     }  # fmt: skip
     signature = {
-        "a_ptr": f"*{t}", "b_ptr": f"*{t}", "c_ptr": f"*{t}", "topk_weights_ptr": "*fp32",
+        "a_ptr": "*i8" if int8 else f"*{t}", "b_ptr": "*i8" if int8 else f"*{t}", "c_ptr": f"*{t}",
+        **({"a_scale_ptr": "*fp32", "b_scale_ptr": "*fp32"} if int8 else {}), "topk_weights_ptr": "*fp32",
         "sorted_token_ids_ptr": "*i32", "expert_ids_ptr": "*i32", "num_tokens_post_padded_ptr": "*i32",
         "N": "i32", "K": "i32", "EM": "i32", "num_valid_tokens": "i32",
         "stride_am": "i32", "stride_be": "i32", "stride_bn": "i32", "stride_cm": "i32",
+        **({"stride_bse": "i32"} if int8 else {}),
     }  # fmt: skip
     signature.update({k: "constexpr" for k in constexprs})
     aligned = [name for name, kind in signature.items() if kind.startswith("*")]
@@ -127,3 +135,22 @@ def fused_experts_inspect_specs(shape: dict, dtype: torch.dtype) -> list[KernelS
     our kernels' tiles and launch options on the active target (its alignment
     is a CUDA JIT kernel and its K-sum torch: nothing to compile)."""
     return list(fused_experts_kernel_baselines(shape, dtype).values())
+
+
+def int8_scaled_mm_inspect_specs(shape: dict, dtype: torch.dtype) -> list[KernelSpec]:
+    """`inspect --compare sglang` for int8_scaled_mm: SGLang's int8 Triton GEMM,
+    ``fused_moe_kernel`` with ``use_int8_w8a8`` and per-channel scales (one
+    expert, top_k 1: an [M, K] x [K, N] product), at our kernel's tiles and
+    launch options (SGLang's dense W8A8 GEMM is sgl_kernel's CUDA
+    ``int8_scaled_mm``: nothing to compile)."""
+    from kunlun_triton.ops.quant.spec import mm_kernels
+
+    (ours,) = mm_kernels(shape, dtype, None)
+    c = ours.constexprs
+    m, n, k = shape["m"], shape["n"], shape["k"]
+    em = -(-m // c["BLOCK_M"]) * c["BLOCK_M"]
+    ints = {"N": n, "K": k, "EM": em, "num_valid_tokens": m, "stride_am": k, "stride_be": n * k, "stride_bn": k,
+            "stride_cm": n, "stride_bse": n}  # fmt: skip
+    return [fused_moe_kernel_spec(dtype, block_m=c["BLOCK_M"], block_n=c["BLOCK_N"], block_k=c["BLOCK_K"], top_k=1,
+                                  mul_routed_weight=False, even_k=k % c["BLOCK_K"] == 0, ints=ints,
+                                  options=ours.options, int8=True)]  # fmt: skip

@@ -1,0 +1,76 @@
+"""``kunlun-triton convert-weights --quantize w8a8-int8``: SGLang's
+``w8a8_int8`` checkpoint from a bf16/fp16/fp32 one.
+
+SGLang 0.5.23's format (``srt/layers/quantization/w8a8_int8.py``): every
+linear layer of the decoder blocks (attention q/k/v/o, the MLP's
+gate/up/down, MoE experts) stores ``<name>.weight`` int8 [out, in] and
+``<name>.weight_scale`` fp32 [out, 1], symmetric per output channel:
+
+    scale[o] = max(max_i |W[o, i]|, 1e-10) / 127
+    q[o, i]  = round_half_even(W[o, i] * (127 / max_i |W[o, i]|))
+
+(the same definition as the activations' `per_token_quant_int8`, so |q| <=
+127). Norms, embeddings, the LM head and MoE routers (SGLang builds those
+with no quant config) keep their floats, cast to ``--dtype``. config.json
+gains ``quantization_config: {"quant_method": "w8a8_int8", ...}``, which
+SGLang reads to pick the method (``--quantization w8a8_int8`` matches it);
+an index gets the scale tensors' entries. Everything else (containment,
+atomicity, validation before writing) is `convert_weights`'s.
+"""
+
+from __future__ import annotations
+
+import torch
+
+METHODS = ("w8a8-int8",)
+# Linear layers SGLang builds without a quant config (MoE routers) keep their floats.
+FLOAT_LINEARS = ("gate", "router", "shared_expert_gate")
+FLOAT_PARTS = ("norm", "embed", "lm_head", "rotary")
+
+
+def quantize_per_channel(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(int8 [out, in], fp32 scale [out, 1]): per-output-channel symmetric int8."""
+    from ..ops.quant.reference import per_token_quant_int8
+
+    return per_token_quant_int8(w.float())
+
+
+class W8A8Int8:
+    """What ``--quantize w8a8-int8`` changes in a conversion."""
+
+    method = "w8a8_int8"
+
+    def __init__(self):
+        self.added: dict[str, str] = {}  # scale tensor -> its shard
+        self.quantized = 0
+
+    def owns(self, name: str, t: torch.Tensor) -> bool:
+        """A decoder block's linear weight: 2-D float ``...layers.N....<proj>.weight``."""
+        if t.dim() != 2 or not t.dtype.is_floating_point or not name.endswith(".weight"):
+            return False
+        parts = name.split(".")
+        if "layers" not in parts and "h" not in parts:
+            return False
+        return parts[-2] not in FLOAT_LINEARS and not any(p in name for p in FLOAT_PARTS)
+
+    def quantize(self, shard: str, name: str, t: torch.Tensor) -> dict[str, torch.Tensor]:
+        q, scale = quantize_per_channel(t)
+        self.added[name + "_scale"] = shard
+        self.quantized += 1
+        return {name: q.contiguous(), name + "_scale": scale.contiguous()}
+
+    def update_config(self, config: dict) -> dict:
+        return {**config, "quantization_config": {"quant_method": self.method, "is_dynamic": True, "ignore": []}}
+
+    def update_index(self, index: dict) -> dict:
+        return {**index, "weight_map": {**index["weight_map"], **self.added}}
+
+
+def quantizer(method: str | None):
+    if method is None:
+        return None
+    if method not in METHODS:
+        from .convert_weights import ConvertError
+
+        raise ConvertError(f"--quantize {method!r}: expected one of {', '.join(METHODS)}")
+    return W8A8Int8()
