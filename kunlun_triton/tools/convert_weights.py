@@ -38,6 +38,7 @@ gguf_checkpoint.py.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -271,18 +272,33 @@ def convert(model_path, output, dtype="fp16", on_overflow="clamp", progress=True
     safe_open, save_file = _safetensors()
     plan = _plan(safe_open, src)
     report = ConvertReport()
-    created, work = [], None
-    try:
-        created = _make_parents(out.parent)
-        work = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
+    with atomic_output_dir(out) as work:
         sizes = _convert_shards(safe_open, save_file, src, work, plan, target, dtype, on_overflow, report, progress,
                                 quant)  # fmt: skip
         _copy_the_rest(src, work, plan, target, sizes, report, quant)
         report.quantized = quant.quantized if quant is not None else 0
+    return report
+
+
+@contextlib.contextmanager
+def atomic_output_dir(out: Path):
+    """A new output directory that appears only when complete: yields a
+    temporary sibling of `out` to write into, renamed to `out` when the body
+    ends; on any failure the sibling and the parents made for it are removed,
+    and an OSError (disk full, permissions) becomes one ConvertError line.
+    Files written with mode 0600 (safetensors) get the user's umask."""
+    created, work = [], None
+    try:
+        created = _make_parents(out.parent)
+        work = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
+        yield work
+        for path in work.iterdir():
+            if path.is_file():
+                os.chmod(path, 0o666 & ~_umask())
         os.chmod(work, 0o777 & ~_umask())  # mkdtemp makes it 0700
         if out.exists() or out.is_symlink():
             raise ConvertError(f"--output {out} appeared while converting; refusing to overwrite it")
-        os.rename(work, out)  # the output appears only when complete
+        os.rename(work, out)
     except BaseException as exc:
         if work is not None:
             shutil.rmtree(work, ignore_errors=True)
@@ -291,11 +307,9 @@ def convert(model_path, output, dtype="fp16", on_overflow="clamp", progress=True
                 d.rmdir()
             except OSError:
                 break
-        if isinstance(exc, OSError):  # a write that failed: disk full, permissions
-            where = exc.filename or out
-            raise ConvertError(f"{where}: {exc.strerror or _first_line(exc)}; nothing written") from None
+        if isinstance(exc, OSError):
+            raise ConvertError(f"{exc.filename or out}: {exc.strerror or _first_line(exc)}; nothing written") from None
         raise
-    return report
 
 
 def _convert_shards(safe_open, save_file, src, work, plan, target, dtype, on_overflow, report, progress,

@@ -29,15 +29,12 @@ refused with a message naming it.
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from .convert_weights import (CONFIG_NAMES, DTYPES, ConvertError, ConvertReport, _first_line, _make_parents, _umask,
+from .convert_weights import (CONFIG_NAMES, DTYPES, ConvertError, ConvertReport, _first_line, atomic_output_dir,
                               cast_tensor)
 from .report import ProgressBar
 
@@ -202,10 +199,7 @@ def convert_gguf(gguf_file, output, dtype="bf16", progress=True, tokenizer=True,
     config = gguf_config(reader)
     for t in reader.tensors:
         hf_name(t.name)  # every name known before anything is written
-    created, work = [], None
-    try:
-        created = _make_parents(out.parent)
-        work = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
+    with atomic_output_dir(out) as work:
         _write_tensors(reader, config, work, target, progress, on_overflow)
         dtype_name = CONFIG_NAMES[target]
         (work / "config.json").write_text(json.dumps({**config, "torch_dtype": dtype_name, "dtype": dtype_name},
@@ -214,23 +208,6 @@ def convert_gguf(gguf_file, output, dtype="bf16", progress=True, tokenizer=True,
         (work / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n")
         if tokenizer:
             _write_tokenizer(src, work)
-        for path in work.iterdir():
-            os.chmod(path, 0o666 & ~_umask())  # safetensors writes 0600
-        os.chmod(work, 0o777 & ~_umask())  # mkdtemp makes it 0700
-        if out.exists() or out.is_symlink():
-            raise ConvertError(f"--output {out} appeared while converting; refusing to overwrite it")
-        os.rename(work, out)
-    except BaseException as exc:
-        if work is not None:
-            shutil.rmtree(work, ignore_errors=True)
-        for d in reversed(created):
-            try:
-                d.rmdir()
-            except OSError:
-                break
-        if isinstance(exc, OSError):
-            raise ConvertError(f"{exc.filename or out}: {exc.strerror or _first_line(exc)}; nothing written") from None
-        raise
     return config
 
 
