@@ -39,9 +39,19 @@ every extend over a cached prefix arrive absorbed (``attn_mqa``: one KV head
 of kv_lora_rank + rope, V the cache's first kv_lora_rank values, a strided
 view). The latent is stored with ``store_kv`` (latent and rope parts).
 
-Not supported (a clear error, not a wrong answer): speculative decoding
-(target verify / draft extend), encoder and cross attention, quantized or
-non-NHD KV caches other than fp8.
+Speculative decoding (EAGLE/EAGLE3, STANDALONE, NGRAM; docs/speculative.md),
+as SGLang's Triton backend serves it: target verify is an extend of each
+request's draft tokens (a fixed count per request) over its committed
+sequence (kv_indices: seq_lens, the prefix), with the draft tree's custom
+mask as a kernel input (`extend_attention(custom_mask=, mask_indptr=)`); a
+chain (EAGLE-family topk 1: num_draft_tokens == num_steps + 1) is exactly
+causal and runs without a mask, as SGLang's split-KV verify does. Draft
+extend (v1 and v2) is a plain extend; the draft model's multi-step decode
+(`KunlunMultiStepDraftBackend`, speculative.py) gives each step's kv
+indices in ``spec_info`` and decode reads them from there.
+
+Not supported (a clear error, not a wrong answer): encoder and cross
+attention, quantized or non-NHD KV caches other than fp8.
 
 An fp8 KV cache (``--kv-cache-dtype fp8_e4m3 | fp8_e5m2``) is written by
 ``store_kv``'s integer encoder and read by the kernels' integer decoder, with
@@ -62,6 +72,7 @@ from sglang.srt.mem_cache.memory_pool import KVWriteLoc
 from ..runtime.env import env_int
 from . import dev_mode
 from .kv_pool import accepts_values, fp8_pool, plain_mla_pool, plain_pool, store_kv_into_pool, store_latent_into_pool
+from .speculative import note_forward, note_op
 
 
 @dataclass
@@ -73,6 +84,12 @@ class KunlunAttnMetadata:
     # decode: the step's split-KV scratch per (q heads, kv heads, head dim, v head dim)
     workspaces: dict = field(default_factory=dict)
     graph_batch: int = 0  # > 0: a graph's metadata, views of GraphState for this batch size
+    # target verify with a draft tree: flat bool mask, request b's (draft x (prefix + draft))
+    # block at mask_indptr[b]; None for a chain (causal) and every other mode
+    custom_mask: Optional[torch.Tensor] = None
+    mask_indptr: Optional[torch.Tensor] = None
+    unified_kv: bool = False  # kv_indices cover the whole sequence (deterministic extend)
+    phase: Optional[str] = None  # speculative phase (target_verify, draft_extend, draft_decode) or None
 
 
 @dataclass
@@ -113,6 +130,30 @@ def _cpu_list_or(tensor, cpu_list):
     return list(cpu_list) if cpu_list is not None else tensor.tolist()
 
 
+def speculative_shape() -> tuple:
+    """(algorithm, topk, num_steps, num_draft_tokens) of the server's
+    speculative decoding; (None, 0, 0, 0) without it or outside an engine."""
+    from sglang.srt.runtime_context import get_spec
+
+    try:
+        spec = get_spec()
+        algo = spec.speculative_algorithm
+    except Exception:  # no server context (a backend built outside an engine)
+        return None, 0, 0, 0
+    if not algo or str(algo).upper() == "NONE":
+        return None, 0, 0, 0
+    return (str(algo).upper(), int(spec.speculative_eagle_topk or 0), int(spec.speculative_num_steps or 0),
+            int(spec.speculative_num_draft_tokens or 0))  # fmt: skip
+
+
+def chain_verify(algorithm, topk: int, num_steps: int, num_draft_tokens: int) -> bool:
+    """The verify tree is a chain, so its mask is exactly causal: an
+    EAGLE-family draft (EAGLE, EAGLE3, STANDALONE) with topk 1 drafts
+    num_steps tokens after the verified one. NGRAM's trees are built from
+    corpus matches: always masked."""
+    return algorithm in ("EAGLE", "EAGLE3", "STANDALONE") and topk == 1 and num_draft_tokens == num_steps + 1
+
+
 def deterministic_inference() -> bool:
     from sglang.srt.runtime_context import get_exec
 
@@ -135,6 +176,10 @@ def deterministic_split_tile_size() -> int:
 
 
 class KunlunTritonAttnBackend(AttentionBackend):
+    # SGLang's multi-step draft container asks its per-step backends this
+    # (a separate sliding-window pool); ours serves windows from the one pool.
+    use_sliding_window_kv_pool = False
+
     def __init__(self, model_runner, deterministic: Optional[bool] = None):
         super().__init__()
         self.device = model_runner.device
@@ -147,6 +192,8 @@ class KunlunTritonAttnBackend(AttentionBackend):
         self.max_context_len = self.req_to_token_pool.req_to_token.shape[1]
         self.graph: Optional[GraphState] = None
         self.use_mla = bool(getattr(model_runner, "use_mla_backend", False))
+        algorithm, topk, steps, self.num_draft_tokens = speculative_shape()
+        self.chain_verify = chain_verify(algorithm, topk, steps, self.num_draft_tokens)
         if self.use_mla and not plain_mla_pool(self.token_to_kv_pool):
             raise NotImplementedError(
                 "kunlun_triton attention serves MLA models with a latent KV cache in the model dtype or fp8 "
@@ -163,6 +210,15 @@ class KunlunTritonAttnBackend(AttentionBackend):
     def init_forward_metadata(self, forward_batch):
         mode = forward_batch.forward_mode
         req_to_token = self.req_to_token_pool.req_to_token
+        spec_info = forward_batch.spec_info
+        if mode.is_decode_or_idle() and getattr(spec_info, "kv_indptr", None) is not None:
+            # a draft decode step: the multi-step draft backend built each
+            # branch's kv indices (its prefix and its own draft tokens so far)
+            kv_indptr = spec_info.kv_indptr.to(torch.int32)
+            self.forward_metadata = KunlunAttnMetadata(kv_indptr, spec_info.kv_indices.to(torch.int32),
+                                                       phase="draft_decode")  # fmt: skip
+            note_forward("draft_decode", kv_indptr.numel() - 1)
+            return
         if mode.is_decode_or_idle():
             total = forward_batch.seq_lens_sum
             if total is None:
@@ -172,13 +228,18 @@ class KunlunTritonAttnBackend(AttentionBackend):
             )
             self.forward_metadata = KunlunAttnMetadata(kv_indptr, kv_indices)
             return
-        if mode.is_target_verify() or mode.is_draft_extend_v2() or forward_batch.spec_info is not None:
-            raise NotImplementedError("kunlun_triton attention: speculative decoding is not supported")
-        if not mode.is_extend():
+        if mode.is_target_verify():
+            self.forward_metadata = self._verify_metadata(forward_batch)
+            note_forward("target_verify", forward_batch.req_pool_indices.numel())
+            return
+        draft_extend = mode.is_draft_extend_v2() or mode.name == "DRAFT_EXTEND"  # v2; v1 in older SGLang
+        if not (mode.is_extend() or draft_extend):
             raise NotImplementedError(f"kunlun_triton attention: forward mode {mode} is not supported")
         prefix_cpu = _cpu_list_or(forward_batch.extend_prefix_lens, forward_batch.extend_prefix_lens_cpu)
         extend_cpu = _cpu_list_or(forward_batch.extend_seq_lens, forward_batch.extend_seq_lens_cpu)
-        if self.deterministic:  # unified extend: each request's whole sequence
+        # draft extend (v1, v2) is a plain extend over the draft's cached prefix
+        unified = self.deterministic and not draft_extend
+        if unified:  # unified extend: each request's whole sequence
             kv_lens, total = forward_batch.seq_lens, sum(prefix_cpu) + sum(extend_cpu)
         else:  # the prefix only; the new tokens come from k/v
             kv_lens, total = forward_batch.extend_prefix_lens, sum(prefix_cpu)
@@ -187,8 +248,38 @@ class KunlunTritonAttnBackend(AttentionBackend):
         qo_indptr = torch.zeros(ext.numel() + 1, dtype=torch.int64, device=ext.device)
         torch.cumsum(ext, dim=0, out=qo_indptr[1:])
         self.forward_metadata = KunlunAttnMetadata(
-            kv_indptr, kv_indices, qo_indptr.to(torch.int32), max(extend_cpu, default=0)
+            kv_indptr, kv_indices, qo_indptr.to(torch.int32), max(extend_cpu, default=0), unified_kv=unified,
+            phase="draft_extend" if draft_extend else None,
         )
+        if draft_extend:
+            note_forward("draft_extend", len(extend_cpu))
+
+    def _verify_metadata(self, forward_batch) -> KunlunAttnMetadata:
+        """Target verify: request b's `n` draft tokens (rows b*n .. b*n + n)
+        over its committed sequence (seq_lens[b] slots) with the tree's mask,
+        an (n x (seq_lens[b] + n)) block at mask_indptr[b] (SGLang's layout)."""
+        spec_info = forward_batch.spec_info
+        req_to_token = self.req_to_token_pool.req_to_token
+        device = req_to_token.device
+        bs = forward_batch.req_pool_indices.numel()
+        n = int(getattr(spec_info, "num_tokens_per_req", 0) or 0)
+        n = n if n > 0 else self.num_draft_tokens or int(getattr(spec_info, "draft_token_num", 0))
+        total = forward_batch.seq_lens_sum
+        total = int(forward_batch.seq_lens.sum()) if total is None else int(total)
+        kv_indptr, kv_indices = gather_kv_indices(req_to_token, forward_batch.req_pool_indices,
+                                                  forward_batch.seq_lens, total)  # fmt: skip
+        qo_indptr = torch.arange(0, (bs + 1) * n, n, dtype=torch.int32, device=device)
+        custom_mask = mask_indptr = None
+        if not self.chain_verify and getattr(spec_info, "custom_mask", None) is not None:
+            custom_mask = spec_info.custom_mask
+            mask_lens = n * (forward_batch.seq_lens[:bs].to(device=device, dtype=torch.int64) + n)
+            mask_indptr = torch.zeros(bs + 1, dtype=torch.int64, device=device)
+            torch.cumsum(mask_lens, dim=0, out=mask_indptr[1:])
+        return KunlunAttnMetadata(kv_indptr, kv_indices, qo_indptr, n, custom_mask=custom_mask,
+                                  mask_indptr=mask_indptr, phase="target_verify")  # fmt: skip
+
+    def update_verify_buffers_to_fill_after_draft(self, spec_info, cuda_graph_bs):
+        """Nothing to refill: verify metadata is built per step (no verify graphs)."""
 
     # -- decode graphs (SGLang 0.5.23: out_graph / in_graph) ----------------
 
@@ -325,6 +416,10 @@ class KunlunTritonAttnBackend(AttentionBackend):
                 raise NotImplementedError("kunlun_triton attention: MLA multi-head extend over a cached prefix")
             k_buffer, v_buffer = k, v
         k_scale, v_scale = self._scales(layer) if k_buffer.dtype != k.dtype else (None, None)
+        if meta.phase:
+            note_op(meta.phase, "extend_attention" if meta.custom_mask is None else "extend_attention(custom_mask)")
+            if save_kv_cache:
+                note_op(meta.phase, "store_kv")
         ops.extend_attention(
             q.view(-1, heads, layer.qk_head_dim),
             k,
@@ -340,9 +435,10 @@ class KunlunTritonAttnBackend(AttentionBackend):
             logit_cap=cap,
             sliding_window=window,
             check=self.check,
-            unified_kv=self.deterministic,
+            unified_kv=meta.unified_kv,
             k_scale=k_scale,
             v_scale=v_scale,
+            **({} if meta.custom_mask is None else dict(custom_mask=meta.custom_mask, mask_indptr=meta.mask_indptr)),
         )
         return o
 
@@ -366,6 +462,10 @@ class KunlunTritonAttnBackend(AttentionBackend):
             fixed = dict(split_tile_size=self.split_tile_size, max_context_len=self.max_context_len)
             workspace = meta.workspaces[dims] = ops.decode_workspace(
                 q.shape[0], *dims, q.device, **(fixed if self.split_tile_size else {}))
+        if meta.phase:
+            note_op(meta.phase, "decode_attention")
+            if save_kv_cache:
+                note_op(meta.phase, "store_kv")
         ops.decode_attention(
             q.view(-1, heads, layer.qk_head_dim),
             self.token_to_kv_pool.get_key_buffer(layer.layer_id),

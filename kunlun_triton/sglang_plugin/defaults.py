@@ -78,6 +78,9 @@ def apply_defaults(platform, server_args) -> None:
     from .support import check_support
 
     check_support(server_args, ours=server_args.attention_backend == ATTENTION_BACKEND)
+    from .speculative import apply_speculative_defaults
+
+    apply_speculative_defaults(server_args)
 
     if not platform.capabilities.graph_capture:
         from sglang.srt.model_executor.cuda_graph_config import Backend, Phase, with_phase

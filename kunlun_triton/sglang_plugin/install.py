@@ -166,6 +166,19 @@ def _hook_int8_quantization() -> None:
     _hook(MOE_HOOK, int8_experts_apply, "AROUND")
 
 
+def _hook_draft_backends() -> None:
+    from .speculative import draft_backends
+
+    _hook(DRAFT_BACKEND_HOOK, draft_backends, "AROUND")
+
+
+def _hook_spec_tree() -> None:
+    from .speculative import TREE_BUILD_HOOK, TREE_VERIFY_HOOK, build_tree_triton, verify_tree_greedy_triton
+
+    _hook(TREE_BUILD_HOOK, build_tree_triton, "AROUND")
+    _hook(TREE_VERIFY_HOOK, verify_tree_greedy_triton, "AROUND")
+
+
 def _hook_collectives() -> None:
     from .collectives import COORDINATOR, HOOKS
 
@@ -179,6 +192,7 @@ RPC_HOOK = "sglang.srt.managers.scheduler.Scheduler.handle_rpc_request"
 BATCH_INVARIANT_HOOK = "sglang.srt.batch_invariant_ops.enable_batch_invariant_mode"
 SAMPLING_HASH_HOOK = "sglang.kernels.ops.sampling.murmur_hash.murmur_hash32"
 SOFTCAP_HOOK = "sglang.srt.layers.logits_processor.fused_softcap"
+DRAFT_BACKEND_HOOK = "sglang.srt.speculative.draft_utils.DraftBackendFactory._create_backend"
 ATTENTION_OPS = "decode_attention, extend_attention, store_kv"
 FUSED_OPS = "rms_norm, fused_add_rms_norm, silu_and_mul, gelu_and_mul, rotary_embedding"
 
@@ -218,6 +232,18 @@ TOUCHPOINTS = (
     Touchpoint("final-logit soft-capping", "hook", f"{SOFTCAP_HOOK} (AROUND)",
                "the logits processor's final_logit_softcapping (Gemma-2) -> logit_softcap", "platform",
                _hook_logit_softcap),
+    Touchpoint("speculative decoding", "platform hook",
+               "SRTPlatform.supports_speculative_algorithm / supports_speculative_draft_attention_backend / "
+               "get_default_speculative_draft_attention_backend",
+               "EAGLE, EAGLE3, STANDALONE, NGRAM on --attention-backend kunlun_triton (target verify with the "
+               "tree mask, draft extend); the rest refused at start naming the algorithm", "sglang"),
+    Touchpoint("draft attention backends", "hook", f"{DRAFT_BACKEND_HOOK} (AROUND)",
+               f"the draft model's extend and multi-step decode -> {ATTENTION_OPS}", "plugin",
+               _hook_draft_backends),
+    Touchpoint("EAGLE tree kernels", "hook",
+               "spec_tree.build_tree_kernel_efficient_func, spec_tree.verify_tree_greedy_func (AROUND)",
+               "SGLang's portable Triton tree builder and greedy tree walk (its XPU path; in-tree refuses "
+               "out-of-tree platforms)", "platform", _hook_spec_tree),
     Touchpoint("request guard", "hook",
                "io_struct.GenerateReqInput.normalize_batch_and_arguments, "
                "TokenizerManager._validate_one_request (BEFORE)",

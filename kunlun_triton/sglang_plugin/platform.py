@@ -174,6 +174,24 @@ class _KunlunSRTPlatformBase(SRTPlatform):
 
         apply_defaults(self, server_args)
 
+    # -- speculative decoding (speculative.py, docs/speculative.md) ----------
+
+    def supports_speculative_algorithm(self, algorithm) -> bool:
+        from .speculative import serves
+
+        return serves(algorithm)
+
+    def supports_speculative_draft_attention_backend(self, algorithm, backend) -> bool:
+        from .speculative import serves
+
+        return serves(algorithm) and backend == ATTENTION_BACKEND
+
+    def get_default_speculative_draft_attention_backend(self, algorithm) -> str:
+        return ATTENTION_BACKEND
+
+    def get_speculative_graph_runner_cls(self, algorithm, phase):
+        return None  # the draft phases run eagerly (no draft graph metadata in our backend)
+
     def post_load_model(self, model) -> None:
         from kunlun_triton.runtime import current_target
 

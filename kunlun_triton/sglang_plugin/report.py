@@ -35,7 +35,10 @@ def _record() -> dict:
         rank = int(get_tensor_model_parallel_rank())
     except Exception:  # no TP group: a single rank
         rank = 0
-    return {"target": current_target().name, "pid": os.getpid(), "tp_rank": rank, "ops": dispatch_report()}
+    from .speculative import speculative_report
+
+    return {"target": current_target().name, "pid": os.getpid(), "tp_rank": rank, "ops": dispatch_report(),
+            "speculative": speculative_report()}  # fmt: skip
 
 
 def answer_report_rpc(original, self, recv_req):

@@ -37,8 +37,12 @@ def model_name(model_path, config: dict) -> str:
 
 
 def _speculative(args, config):
-    algo = getattr(args, "speculative_algorithm", None)
-    return f"speculative decoding (--speculative-algorithm {algo})" if algo else None
+    from .speculative import algorithm_name, serves
+
+    algo = algorithm_name(getattr(args, "speculative_algorithm", None))
+    if not algo or serves(algo):
+        return None
+    return f"speculative decoding (--speculative-algorithm {algo})"
 
 
 FP8_KV_CACHE_DTYPES = ("fp8_e4m3", "fp8_e5m2")  # decoded with integer ops: every target serves them
@@ -76,8 +80,9 @@ class Unsupported:
 
 
 UNSUPPORTED = (
-    Unsupported("speculative decoding", _speculative,
-                "drop --speculative-algorithm (kunlun_triton attention has no target-verify / draft-extend path)"),
+    Unsupported("other speculative algorithms", _speculative,
+                "use --speculative-algorithm EAGLE, EAGLE3, STANDALONE or NGRAM (the algorithms the kunlun_triton "
+                "attention backend verifies), or drop --speculative-algorithm"),
     Unsupported("quantized KV cache other than fp8", _quantized_kv,
                 "use --kv-cache-dtype auto (the KV cache in the model's dtype), fp8_e4m3 or fp8_e5m2"),
     Unsupported("sparse MLA (DSA)", _sparse_mla,

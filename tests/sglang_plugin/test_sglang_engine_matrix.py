@@ -93,7 +93,7 @@ def _refusals(path, moe: bool) -> list[str]:
     from kunlun_triton.sglang_plugin.support import UNSUPPORTED, UnsupportedFeature, check_support, model_config
 
     base = dict(model_path=path, speculative_algorithm=None, kv_cache_dtype="auto")
-    tries = [("speculative decoding", {"speculative_algorithm": "EAGLE"}),
+    tries = [("other speculative algorithms", {"speculative_algorithm": "DFLASH"}),
              ("quantized KV cache other than fp8", {"kv_cache_dtype": "mxfp8"})]  # fmt: skip
     assert {key for key, _ in tries} <= {entry.key for entry in UNSUPPORTED}
     arch = model_config(path)["architectures"][0]

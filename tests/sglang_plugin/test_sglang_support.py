@@ -18,7 +18,7 @@ def _model(tmp_path, **config):
 @pytest.mark.parametrize("config,args,match", [
     ({"index_topk": 2048}, {}, r"SomeForCausalLM .*DeepSeek sparse attention.*torch_native"),
     ({"model_type": "gpt_oss"}, {}, r"attention sinks.*torch_native"),
-    ({}, {"speculative_algorithm": "EAGLE"}, r"--speculative-algorithm EAGLE.*drop"),
+    ({}, {"speculative_algorithm": "DFLASH"}, r"--speculative-algorithm DFLASH.*EAGLE, EAGLE3, STANDALONE or NGRAM"),
     ({}, {"kv_cache_dtype": "mxfp8"}, r"--kv-cache-dtype mxfp8.*auto"),
     ({"kv_lora_rank": 512}, {"enable_deterministic_inference": True}, r"deterministic inference on an MLA model"),
 ])  # fmt: skip
