@@ -77,18 +77,21 @@ def extend_tile(q, q_pe, m_i, l_i, acc, n0, hi, q_pos, index_ptr, row_base, k_he
                 CAUSAL: tl.constexpr, WINDOW: tl.constexpr, PAGED: tl.constexpr, MASK_D: tl.constexpr, MASK_DPE: tl.constexpr,
                 BLOCK_DPE: tl.constexpr, MASK_DV: tl.constexpr, LOGIT_CAP: tl.constexpr, USE_DOT: tl.constexpr, DOT_FP32: tl.constexpr,
                 INDEX_I64: tl.constexpr, LOAD_IGNORES_OTHER: tl.constexpr, SCREEN_HIDDEN: tl.constexpr,
-                k_scale, v_scale, KV_FORMAT: tl.constexpr):  # fmt: skip
+                k_scale, v_scale, KV_FORMAT: tl.constexpr, mask_ptr, mask_stride, CUSTOM_MASK: tl.constexpr):  # fmt: skip
     """Fold keys n0 .. n0 + BLOCK_N of one stream into the block's softmax.
 
     A full tile (MASKED false) is seen whole by every query row: no masks.
     A masked tile hides keys by `visibility`. K/V of an fp8 pool
     (KV_FORMAT > 0) are decoded after the load (`fp8.kv_values`). With SCREEN_HIDDEN (the rerun
     of a block that came out NaN, `extend_kernel`), where that leaves loaded
-    keys some rows cannot see (CAUSAL, a WINDOW), a key whose value row
+    keys some rows cannot see (CAUSAL, a WINDOW, a CUSTOM_MASK), a key whose value row
     holds an inf or NaN is loaded as zeros (its weight for a row that
     cannot see it is exactly 0, but 0 * inf is NaN) and scores NaN for the
     rows that do see it, so their output is NaN: a visible NaN stays
-    visible."""
+    visible. With CUSTOM_MASK (the new tokens' stream of a target verify) a
+    row m also needs mask_ptr[m * mask_stride + n] nonzero to see key n: one
+    byte per (row, key) of the tile, read only where the row is real and
+    causally sees the key."""
     offs_n = n0 + tl.arange(0, BLOCK_N)
     n_mask = offs_n < hi
     rows = stream_rows(index_ptr, row_base, offs_n, n_mask, PAGED, MASKED, INDEX_I64, LOAD_IGNORES_OTHER)
@@ -105,7 +108,11 @@ def extend_tile(q, q_pe, m_i, l_i, acc, n0, hi, q_pos, index_ptr, row_base, k_he
     v_ptrs = v_head_ptr + rows[:, None] * v_stride + offs_dv[None, :]
     if MASKED:
         visible = visibility(q_pos, offs_n, n_mask, CAUSAL, WINDOW)
-        if SCREEN_HIDDEN and (CAUSAL or WINDOW > 0):
+        if CUSTOM_MASK:  # the stream's hi is the block's last real row + 1: rows at or past it are padding
+            allowed = masked_load(mask_ptr + q_pos[:, None] * mask_stride + offs_n[None, :],
+                                  visible & (q_pos[:, None] < hi), 0, LOAD_IGNORES_OTHER)  # fmt: skip
+            visible = visible & (allowed != 0)
+        if SCREEN_HIDDEN and (CAUSAL or WINDOW > 0 or CUSTOM_MASK):
             poison = value_poison(v_ptrs, n_mask, dv_mask, MASK_DV, LOAD_IGNORES_OTHER, KV_FORMAT)
             s = tl.where(visible, s + poison[None, :], float("-inf"))
             v = load_tile(v_ptrs, n_mask & (poison == 0.0), dv_mask, True, MASK_DV, LOAD_IGNORES_OTHER)
@@ -125,12 +132,13 @@ def extend_stream(q, q_pe, m_i, l_i, acc, lo, full_lo, full_hi, hi, q_pos, index
                   CAUSAL: tl.constexpr, WINDOW: tl.constexpr, PAGED: tl.constexpr, MASK_D: tl.constexpr, MASK_DPE: tl.constexpr,
                   BLOCK_DPE: tl.constexpr, MASK_DV: tl.constexpr, LOGIT_CAP: tl.constexpr, USE_DOT: tl.constexpr, DOT_FP32: tl.constexpr,
                   INDEX_I64: tl.constexpr, LOAD_IGNORES_OTHER: tl.constexpr, SCREEN_HIDDEN: tl.constexpr,
-                  k_scale, v_scale, KV_FORMAT: tl.constexpr):  # fmt: skip
+                  k_scale, v_scale, KV_FORMAT: tl.constexpr, mask_ptr, mask_stride, CUSTOM_MASK: tl.constexpr):  # fmt: skip
     """Keys [lo, hi) of one stream in tiles of BLOCK_N from lo: masked tiles
     up to the first tile inside [full_lo, full_hi) (a window's edge), full
     tiles while they stay inside it, masked tiles after (ragged end, causal
     diagonal). Each part is a loop, even of one trip: Triton stages a loop's
-    loads through shared memory, a straight-line tile's through registers."""
+    loads through shared memory, a straight-line tile's through registers.
+    (A CUSTOM_MASK stream passes full_hi = lo: every tile masked.)"""
     head_end = lo + tl.cdiv(tl.maximum(full_lo - lo, 0), BLOCK_N) * BLOCK_N
     tail_start = head_end + tl.maximum(full_hi - head_end, 0) // BLOCK_N * BLOCK_N
     if WINDOW > 0:
@@ -139,19 +147,19 @@ def extend_stream(q, q_pe, m_i, l_i, acc, lo, full_lo, full_hi, hi, q_pos, index
                 q, q_pe, m_i, l_i, acc, n0, hi, q_pos, index_ptr, row_base, k_head_ptr, v_head_ptr, k_stride,
                 v_stride, sm_scale, offs_d, offs_dpe, offs_dv, d_mask, dpe_mask, dv_mask, BLOCK_N, True, CAUSAL, WINDOW, PAGED, MASK_D, MASK_DPE, BLOCK_DPE,
                 MASK_DV, LOGIT_CAP, USE_DOT, DOT_FP32, INDEX_I64, LOAD_IGNORES_OTHER, SCREEN_HIDDEN, k_scale, v_scale,
-                KV_FORMAT)  # fmt: skip
+                KV_FORMAT, mask_ptr, mask_stride, CUSTOM_MASK)  # fmt: skip
     for n0 in range(head_end, tail_start, BLOCK_N):
         m_i, l_i, acc = extend_tile(
             q, q_pe, m_i, l_i, acc, n0, hi, q_pos, index_ptr, row_base, k_head_ptr, v_head_ptr, k_stride,
             v_stride, sm_scale, offs_d, offs_dpe, offs_dv, d_mask, dpe_mask, dv_mask, BLOCK_N, False, CAUSAL, WINDOW, PAGED, MASK_D, MASK_DPE, BLOCK_DPE,
             MASK_DV, LOGIT_CAP, USE_DOT, DOT_FP32, INDEX_I64, LOAD_IGNORES_OTHER, SCREEN_HIDDEN, k_scale, v_scale,
-            KV_FORMAT)  # fmt: skip
+            KV_FORMAT, mask_ptr, mask_stride, CUSTOM_MASK)  # fmt: skip
     for n0 in range(tail_start, hi, BLOCK_N):
         m_i, l_i, acc = extend_tile(
             q, q_pe, m_i, l_i, acc, n0, hi, q_pos, index_ptr, row_base, k_head_ptr, v_head_ptr, k_stride,
             v_stride, sm_scale, offs_d, offs_dpe, offs_dv, d_mask, dpe_mask, dv_mask, BLOCK_N, True, CAUSAL, WINDOW, PAGED, MASK_D, MASK_DPE, BLOCK_DPE,
             MASK_DV, LOGIT_CAP, USE_DOT, DOT_FP32, INDEX_I64, LOAD_IGNORES_OTHER, SCREEN_HIDDEN, k_scale, v_scale,
-            KV_FORMAT)  # fmt: skip
+            KV_FORMAT, mask_ptr, mask_stride, CUSTOM_MASK)  # fmt: skip
     return m_i, l_i, acc
 
 
@@ -163,7 +171,7 @@ def attend_block(q, q_pe, offs_m, m0, m_last, prefix_len, q_start, kv_start, kv_
                  BLOCK_D: tl.constexpr, BLOCK_DPE: tl.constexpr, BLOCK_DV: tl.constexpr, LOGIT_CAP: tl.constexpr,
                  WINDOW: tl.constexpr, USE_DOT: tl.constexpr, DOT_FP32: tl.constexpr, INDEX_I64: tl.constexpr,
                  LOAD_IGNORES_OTHER: tl.constexpr, UNIFIED: tl.constexpr, SCREEN_HIDDEN: tl.constexpr,
-                 k_scale, v_scale, KV_FORMAT: tl.constexpr):  # fmt: skip
+                 k_scale, v_scale, KV_FORMAT: tl.constexpr, mask_ptr, mask_stride, CUSTOM_MASK: tl.constexpr):  # fmt: skip
     """One online softmax of the block's rows over every key they see: (m, l, acc)."""
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
@@ -181,7 +189,8 @@ def attend_block(q, q_pe, offs_m, m0, m_last, prefix_len, q_start, kv_start, kv_
             kv_indices_ptr + kv_start, 0, k_buffer_ptr + kv_head * kb_stride_h, v_buffer_ptr + kv_head * vb_stride_h,
             kb_stride_s, vb_stride_s, sm_scale, offs_d, offs_dpe, offs_dv, d_mask, dpe_mask, dv_mask, BLOCK_N, True,
             WINDOW, True, BLOCK_D > HEAD_DIM, BLOCK_D + BLOCK_DPE > HEAD_DIM, BLOCK_DPE, BLOCK_DV != V_DIM, LOGIT_CAP,
-            USE_DOT, DOT_FP32, INDEX_I64, LOAD_IGNORES_OTHER, SCREEN_HIDDEN, k_scale, v_scale, KV_FORMAT)  # fmt: skip
+            USE_DOT, DOT_FP32, INDEX_I64, LOAD_IGNORES_OTHER, SCREEN_HIDDEN, k_scale, v_scale, KV_FORMAT,
+            mask_ptr, mask_stride, False)  # fmt: skip
     else:
         # Stream 1: the cached prefix, keys at positions 0 .. prefix_len - 1; query
         # row m sits at position prefix_len + m.
@@ -194,20 +203,23 @@ def attend_block(q, q_pe, offs_m, m0, m_last, prefix_len, q_start, kv_start, kv_
             kv_indices_ptr + kv_start, 0, k_buffer_ptr + kv_head * kb_stride_h, v_buffer_ptr + kv_head * vb_stride_h,
             kb_stride_s, vb_stride_s, sm_scale, offs_d, offs_dpe, offs_dv, d_mask, dpe_mask, dv_mask, BLOCK_N, False, WINDOW, True,
             BLOCK_D > HEAD_DIM, BLOCK_D + BLOCK_DPE > HEAD_DIM, BLOCK_DPE, BLOCK_DV != V_DIM, LOGIT_CAP, USE_DOT, DOT_FP32, INDEX_I64, LOAD_IGNORES_OTHER, SCREEN_HIDDEN,
-            k_scale, v_scale, KV_FORMAT)  # fmt: skip
+            k_scale, v_scale, KV_FORMAT, mask_ptr, mask_stride, False)  # fmt: skip
 
         # Stream 2: the new tokens themselves, causal: key n (at prefix_len + n) is
         # seen by rows m >= n; keys up to m0 by the whole block; none past m_last.
-        lo, full_lo = 0, 0
+        # A custom mask (target verify) hides more: every tile is masked.
+        lo, full_lo, full_hi = 0, 0, m0 + 1
         if WINDOW > 0:
             lo = tl.maximum(m0 - WINDOW, 0)
             full_lo = m_last - WINDOW
+        if CUSTOM_MASK:
+            full_hi = 0
         m_i, l_i, acc = extend_stream(
-            q, q_pe, m_i, l_i, acc, lo, full_lo, m0 + 1, m_last + 1, offs_m, kv_indices_ptr, q_start,
+            q, q_pe, m_i, l_i, acc, lo, full_lo, full_hi, m_last + 1, offs_m, kv_indices_ptr, q_start,
             k_extend_ptr + kv_head * ke_stride_h, v_extend_ptr + kv_head * ve_stride_h, ke_stride_t, ve_stride_t,
             sm_scale, offs_d, offs_dpe, offs_dv, d_mask, dpe_mask, dv_mask, BLOCK_N, True, WINDOW, False, BLOCK_D > HEAD_DIM, BLOCK_D + BLOCK_DPE > HEAD_DIM, BLOCK_DPE,
             BLOCK_DV != V_DIM, LOGIT_CAP, USE_DOT, DOT_FP32, INDEX_I64, LOAD_IGNORES_OTHER, SCREEN_HIDDEN, 1.0, 1.0,
-            0)  # fmt: skip  (the new tokens' K/V arrive in the compute dtype: KV_FORMAT 0)
+            0, mask_ptr, mask_stride, CUSTOM_MASK)  # fmt: skip  (the new tokens' K/V arrive in the compute dtype: KV_FORMAT 0)
 
     return m_i, l_i, acc
 
@@ -223,6 +235,8 @@ def extend_kernel(
     qo_indptr_ptr,
     kv_indptr_ptr,
     kv_indices_ptr,
+    mask_ptr,
+    mask_indptr_ptr,
     sm_scale,
     q_stride_t,
     q_stride_h,
@@ -255,6 +269,7 @@ def extend_kernel(
     UNIFIED: tl.constexpr,
     SCREEN_INLINE: tl.constexpr,
     KV_FORMAT: tl.constexpr,
+    CUSTOM_MASK: tl.constexpr,
 ):
     b = tl.program_id(0)
     head = tl.program_id(1)
@@ -273,6 +288,13 @@ def extend_kernel(
         return
     kv_head = head // GROUP
     m_last = tl.minimum(m0 + BLOCK_M, extend_len) - 1  # the block's last real query row
+    if CUSTOM_MASK:
+        # Request b's E x (P + E) block; its prefix columns are not read.
+        mask_stride = prefix_len + extend_len
+        mask_base = mask_ptr + tl.load(mask_indptr_ptr + b).to(tl.int64) + prefix_len
+    else:
+        mask_stride = 0
+        mask_base = mask_ptr
 
     offs_m = m0 + tl.arange(0, BLOCK_M)
     m_mask = (offs_m >= 0) & (offs_m < extend_len)  # below 0: unified mode's lanes of cached positions
@@ -308,7 +330,7 @@ def extend_kernel(
         v_buffer_ptr, kv_indices_ptr, ke_stride_t, ke_stride_h, ve_stride_t, ve_stride_h, kb_stride_s, kb_stride_h,
         vb_stride_s, vb_stride_h, sm_scale, offs_d, offs_dpe, offs_dv, d_mask, dpe_mask, dv_mask, HEAD_DIM, V_DIM,
         BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DPE, BLOCK_DV, LOGIT_CAP, WINDOW, USE_DOT, DOT_FP32, INDEX_I64, LOAD_IGNORES_OTHER,
-        UNIFIED, SCREEN_INLINE, k_scale, v_scale, KV_FORMAT)  # fmt: skip
+        UNIFIED, SCREEN_INLINE, k_scale, v_scale, KV_FORMAT, mask_base, mask_stride, CUSTOM_MASK)  # fmt: skip
     if not SCREEN_INLINE:
         row_sums = tl.sum(acc, 1)
         if tl.max(tl.where(m_mask & (row_sums != row_sums), 1, 0), 0) > 0:
@@ -317,14 +339,16 @@ def extend_kernel(
                 k_buffer_ptr, v_buffer_ptr, kv_indices_ptr, ke_stride_t, ke_stride_h, ve_stride_t, ve_stride_h,
                 kb_stride_s, kb_stride_h, vb_stride_s, vb_stride_h, sm_scale, offs_d, offs_dpe, offs_dv, d_mask,
                 dpe_mask, dv_mask, HEAD_DIM, V_DIM, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DPE, BLOCK_DV, LOGIT_CAP, WINDOW,
-                USE_DOT, DOT_FP32, INDEX_I64, LOAD_IGNORES_OTHER, UNIFIED, True, k_scale, v_scale, KV_FORMAT)  # fmt: skip
+                USE_DOT, DOT_FP32, INDEX_I64, LOAD_IGNORES_OTHER, UNIFIED, True, k_scale, v_scale, KV_FORMAT,
+                mask_base, mask_stride, CUSTOM_MASK)  # fmt: skip
 
     out = finish_rows(acc, l_i)
     tl.store(o_ptr + rows[:, None] * o_stride_t + head * o_stride_h + offs_dv[None, :], out.to(o_ptr.dtype.element_ty),
              mask=m_mask[:, None] & dv_mask[None, :])  # fmt: skip
 
 
-def _launch_plan(config, dtype, head_dim, v_dim, group, formulation, logit_cap, window, index_i64, unified, fmt=0):
+def _launch_plan(config, dtype, head_dim, v_dim, group, formulation, logit_cap, window, index_i64, unified, fmt=0,
+                 custom_mask=False):  # fmt: skip
     """(plan, extend_kernel's constexprs in signature order: `ops.launch`)
     of a shape class."""
     if config is None:
@@ -339,7 +363,7 @@ def _launch_plan(config, dtype, head_dim, v_dim, group, formulation, logit_cap, 
         BLOCK_D=plan.block_d, BLOCK_DPE=plan.block_dpe, BLOCK_DV=plan.block_dv, LOGIT_CAP=logit_cap, WINDOW=window,
         USE_DOT=plan.use_dot, DOT_FP32=plan.dot_fp32, INDEX_I64=index_i64, LOAD_IGNORES_OTHER=plan.load_ignores_other,
         UNIFIED=unified, SCREEN_INLINE=not plan.use_dot or plan.block_d + plan.block_dpe > 256,
-        KV_FORMAT=fmt)  # fmt: skip
+        KV_FORMAT=fmt, CUSTOM_MASK=custom_mask)  # fmt: skip
     return plan, constexprs
 
 
@@ -376,7 +400,38 @@ def _validate(q, k, v, o, k_buffer, v_buffer, qo_indptr, kv_indptr, kv_indices, 
         raise ValueError(f"{OP}: unified_kv: kv_indices must list every request's whole sequence, "
                          "but a request has fewer keys than new tokens")  # fmt: skip
     check_slots(OP, "kv_indices", kv_indices, k_buffer.shape[0], int(kv[-1]))
-    return group, batch
+    return group, batch, qo, kv
+
+
+MASK_DTYPES = (torch.bool, torch.uint8, torch.int8)  # one byte a (row, key); nonzero = visible
+
+
+def _validate_mask(custom_mask, mask_indptr, q, batch, qo, kv, sliding_window, unified_kv):
+    """Target verify's tree mask: SGLang's flat layout, request b's
+    E_b x (P_b + E_b) block at mask_indptr[b] (so its size is checked
+    against qo_indptr and kv_indptr)."""
+    if (custom_mask is None) != (mask_indptr is None):
+        given, missing = ("custom_mask", "mask_indptr") if mask_indptr is None else ("mask_indptr", "custom_mask")
+        raise ValueError(f"{OP}: {given} was given without {missing}; pass both (target verify) or neither (causal)")
+    if custom_mask is None:
+        return
+    require_tensor(OP, "custom_mask", custom_mask, dtypes=MASK_DTYPES, ndim=1)
+    require_tensor(OP, "mask_indptr", mask_indptr, dtypes=INDEX_DTYPES, ndim=1)
+    require_same_device(OP, q_extend=q, custom_mask=custom_mask, mask_indptr=mask_indptr)
+    if window_constexpr(OP, sliding_window):
+        raise ValueError(f"{OP}: custom_mask with a sliding_window is not supported (a tree token's position is "
+                         "its depth, not its row); pass sliding_window=None")  # fmt: skip
+    if unified_kv:
+        raise ValueError(f"{OP}: custom_mask with unified_kv is not supported; pass unified_kv=False")
+    masks = check_indptr(OP, "mask_indptr", mask_indptr, batch, custom_mask.numel(), "len(custom_mask)")
+    if batch:
+        extend, prefix = qo[1:] - qo[:-1], kv[1:] - kv[:-1]
+        wrong = ((masks[1:] - masks[:-1]) != extend * (prefix + extend)).nonzero().flatten()
+        if wrong.numel():
+            b = int(wrong[0])
+            raise ValueError(f"{OP}: mask_indptr gives request {b} a mask of {int(masks[b + 1] - masks[b])} entries; "
+                             f"its extend_len x (prefix_len + extend_len) is {int(extend[b])} x "
+                             f"{int(prefix[b] + extend[b])}")  # fmt: skip
 
 
 def extend_attention(
@@ -400,6 +455,8 @@ def extend_attention(
     k_scale: float | None = None,
     v_scale: float | None = None,
     config: dict | None = None,
+    custom_mask: torch.Tensor | None = None,
+    mask_indptr: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Causal attention for a batch of extends; writes `o_extend`.
 
@@ -427,11 +484,24 @@ def extend_attention(
     An fp8 pool (float8_e4m3fn / float8_e5m2, written by `store_kv`) is
     decoded inside the loop as its bytes times `k_scale` / `v_scale` (1.0
     by default); k_extend / v_extend stay in the compute dtype.
+
+    Target verify (speculative decoding): `custom_mask` (flat bool / uint8,
+    SGLang's layout) holds request b's extend_len x (prefix_len + extend_len)
+    row-major block from custom_mask[mask_indptr[b]]; new token m sees new
+    token n <= m only where block[m, prefix_len + n] is nonzero, and a key
+    it does not see never reaches it, whatever its K / V hold. The prefix
+    columns are not read (SGLang's skip_prefix_custom_mask=True, how its
+    TARGET_VERIFY runs: they may be uninitialised): every new token sees the
+    whole cached prefix. A draft tree lists parents before children, so its
+    mask is lower-triangular; entries above the diagonal are ignored. Both
+    None (default): causal, compiled exactly as before (a constexpr). Not
+    with `sliding_window` or `unified_kv`.
     """
     if checked_mode(check):
         max_len_extend = require_number(OP, "max_len_extend", max_len_extend, minimum=0, integer=True)
-        group, batch = _validate(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer,
-                                 qo_indptr, kv_indptr, kv_indices, max_len_extend, unified_kv)  # fmt: skip
+        group, batch, qo, kv = _validate(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer,
+                                         qo_indptr, kv_indptr, kv_indices, max_len_extend, unified_kv)  # fmt: skip
+        _validate_mask(custom_mask, mask_indptr, q_extend, batch, qo, kv, sliding_window, unified_kv)
         sm_scale = require_number(OP, "sm_scale", sm_scale, above=0.0)
         logit_cap = require_number(OP, "logit_cap", 0.0 if logit_cap is None else logit_cap, minimum=0.0)
         window = window_constexpr(OP, sliding_window)
@@ -447,23 +517,27 @@ def extend_attention(
     tokens, q_heads, head_dim = q_extend.shape
     if batch <= 0 or tokens == 0 or max_len_extend <= 0:
         return o_extend
+    masked = custom_mask is not None
     if not use_triton(OP, *tensors):
         if unified_kv:
             return reference.extend_attention_unified(q_extend, o_extend, k_buffer, v_buffer, qo_indptr, kv_indptr,
                                                       kv_indices, sm_scale, logit_cap, window, k_scale, v_scale)  # fmt: skip
         return reference.extend_attention(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, qo_indptr,
                                           kv_indptr, kv_indices, max_len_extend, sm_scale, logit_cap, window,
-                                          k_scale, v_scale)  # fmt: skip
+                                          k_scale, v_scale, custom_mask, mask_indptr)  # fmt: skip
 
     v_dim = v_buffer.shape[2]
     shape_class = (q_extend.dtype, head_dim, v_dim, group, formulation, logit_cap, window,
-                   needs_int64(k_buffer, v_buffer, k_extend, v_extend), bool(unified_kv), kv_format(k_buffer.dtype))  # fmt: skip
+                   needs_int64(k_buffer, v_buffer, k_extend, v_extend), bool(unified_kv), kv_format(k_buffer.dtype),
+                   masked)  # fmt: skip
     plan, constexprs = _cached_launch_plan(*shape_class) if config is None else _launch_plan(config, *shape_class)
     # unified: a request's new tokens may start mid-block, one block more
     row_blocks = cdiv(max_len_extend, plan.block_m) + (1 if unified_kv else 0)
+    # No mask: kv_indptr stands in for both pointers (never read; no new specialisation).
+    mask, mask_starts = (custom_mask.view(torch.uint8), mask_indptr) if masked else (kv_indptr, kv_indptr)
     extend_kernel.run(
         q_extend, k_extend, v_extend, o_extend, kernel_view(k_buffer), kernel_view(v_buffer), qo_indptr, kv_indptr,
-        kv_indices, sm_scale,
+        kv_indices, mask, mask_starts, sm_scale,
         q_extend.stride(0), q_extend.stride(1), k_extend.stride(0), k_extend.stride(1),
         v_extend.stride(0), v_extend.stride(1), o_extend.stride(0), o_extend.stride(1),
         k_buffer.stride(0), k_buffer.stride(1), v_buffer.stride(0), v_buffer.stride(1), k_scale, v_scale,

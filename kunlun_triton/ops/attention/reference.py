@@ -52,9 +52,10 @@ def window_or_none(sliding_window) -> int | None:
     return sliding_window if sliding_window is not None and sliding_window > 0 else None
 
 
-def attend(q, k, v, q_pos, k_pos, sm_scale, logit_cap=0.0, sliding_window=None) -> torch.Tensor:
+def attend(q, k, v, q_pos, k_pos, sm_scale, logit_cap=0.0, sliding_window=None, allowed=None) -> torch.Tensor:
     """Attention of queries `q` [m, Hq, D] over keys `k` [n, Hkv, D] and values
-    `v` [n, Hkv, Dv] with positions `q_pos` [m], `k_pos` [n]; fp32 result [m, Hq, Dv]."""
+    `v` [n, Hkv, Dv] with positions `q_pos` [m], `k_pos` [n]; fp32 result [m, Hq, Dv].
+    `allowed` [m, n] bool (a speculative tree's mask) further hides keys."""
     group = q.shape[1] // k.shape[1]
     qf = q.float().transpose(0, 1)  # [Hq, m, D]
     kf = k.float().repeat_interleave(group, dim=1).transpose(0, 1)  # [Hq, n, D]
@@ -63,6 +64,8 @@ def attend(q, k, v, q_pos, k_pos, sm_scale, logit_cap=0.0, sliding_window=None) 
     if logit_cap and logit_cap > 0:
         scores = logit_cap * torch.tanh(scores / logit_cap)
     visible = k_pos[None, :] <= q_pos[:, None]
+    if allowed is not None:
+        visible &= allowed
     window = window_or_none(sliding_window)
     if window is not None:
         visible &= (q_pos[:, None] - k_pos[None, :]) <= window
@@ -124,12 +127,20 @@ def extend_attention(
     sliding_window=None,
     k_scale=1.0,
     v_scale=1.0,
+    custom_mask=None,
+    mask_indptr=None,
 ) -> torch.Tensor:
     """Request b's new tokens q_extend[qo_indptr[b]:qo_indptr[b+1]] attend to its
     cached prefix (pool slots kv_indices[kv_indptr[b]:kv_indptr[b+1]]) and
     causally to the new tokens' own k_extend/v_extend rows. Writes o_extend
     [tokens, Hq, Dv] (q's dtype) and returns it; `max_len_extend` is unused
-    (it sizes the kernel's grid)."""
+    (it sizes the kernel's grid).
+
+    With `custom_mask` (target verify of a draft tree; SGLang's layout):
+    request b's E x (P + E) row-major block starts at custom_mask[mask_indptr[b]];
+    new token m sees new token n only where block[m, P + n] is nonzero (and
+    n <= m); the prefix columns are not read: every new token sees the whole
+    prefix (SGLang's skip_prefix_custom_mask=True, as its TARGET_VERIFY runs)."""
     total, hq = q_extend.shape[0], q_extend.shape[1]
     out = torch.zeros(total, hq, v_extend.shape[-1], dtype=torch.float32, device=q_extend.device)
     for b in range(qo_indptr.numel() - 1):
@@ -143,7 +154,13 @@ def extend_attention(
         v = torch.cat([v_prefix, v_extend[q0:q1].to(v_prefix.dtype)])
         k_pos = torch.arange(prefix + q1 - q0, device=q_extend.device)
         q_pos = k_pos[prefix:]
-        out[q0:q1] = attend(q_extend[q0:q1], k, v, q_pos, k_pos, sm_scale, logit_cap, sliding_window)
+        allowed = None
+        if custom_mask is not None:
+            n = q1 - q0
+            start = int(mask_indptr[b])
+            block = custom_mask[start : start + n * (prefix + n)].view(n, prefix + n) != 0
+            allowed = torch.cat([torch.ones(n, prefix, dtype=torch.bool, device=block.device), block[:, prefix:]], 1)
+        out[q0:q1] = attend(q_extend[q0:q1], k, v, q_pos, k_pos, sm_scale, logit_cap, sliding_window, allowed)
     return o_extend.copy_(out)
 
 
