@@ -1,0 +1,117 @@
+"""Speculative decoding on the kunlun platform (docs/speculative.md): greedy
+outputs with speculative decoding are token for token HF transformers'
+greedy outputs (the same tokens SGLang gives without it), through the radix
+cache (a second request sharing a prefix), chunked prefill and page sizes 1
+and 16; every attention call of each phase ran on our Triton kernels, the
+verify of a draft tree with its custom mask.
+
+Engines (each start is about a minute on 2 cores):
+- STANDALONE, topk 1, the target as its own draft (every draft is the
+  target's greedy token, so drafts are accepted: accept length > 1, the
+  multi-token accept path runs); a chain: verify without a mask.
+- NGRAM, page size 1: trees from the request's own n-grams, verified with
+  the mask (a repetitive prompt makes matches).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from kt_sglang_support import output_ids
+
+NEW = 12
+CHUNK = 16
+
+
+def _greedy(n=NEW):
+    return {"max_new_tokens": n, "temperature": 0.0, "ignore_eos": True}
+
+
+def _prompts(hf):
+    prefix = hf.encode("The radix cache shares the prefix of prompts that begin with")
+    long = hf.encode("Once upon a time there was a little model that learned to count: one two three four five six. "
+                     "Attention reads keys and values from a paged cache; each page holds a few tokens.")  # fmt: skip
+    assert len(long) > 2 * CHUNK
+    repeats = hf.encode("one two three four one two three four one two three four one two")
+    return prefix, [prefix + hf.encode(" the same tokens."), long, repeats]
+
+
+def _accept_length(outs) -> float:
+    """Tokens per target verify forward, over the requests (SGLang's meta_info)."""
+    verify = sum(o["meta_info"]["spec_verify_ct"] for o in outs)
+    assert verify > 0, "no verify forward ran: speculative decoding was off"
+    return sum(o["meta_info"]["completion_tokens"] for o in outs) / verify
+
+
+def _lossless(engine, hf, page):
+    """Batch, then a second request sharing the first one's prefix (a radix
+    hit), each equal to HF's greedy tokens; returns every output."""
+    prefix, prompts = _prompts(hf)
+    outs = engine.generate(input_ids=prompts, sampling_params=_greedy())
+    assert [output_ids(o) for o in outs] == [hf.greedy(p, NEW) for p in prompts]
+    shared = prefix + hf.encode(" a kernel")
+    again = engine.generate(input_ids=shared, sampling_params=_greedy())
+    assert output_ids(again) == hf.greedy(shared, NEW)
+    assert again["meta_info"].get("cached_tokens", 0) >= (len(prefix) - 1) // page * page > 0  # whole pages
+    return outs + [again]
+
+
+def _phases(engine) -> dict:
+    from kunlun_triton.sglang_plugin.report import engine_dispatch_report
+
+    report = engine_dispatch_report(engine)[0]
+    for name, entry in report["ops"].items():  # every op of the engine on Triton
+        assert entry["impl"] == "triton" and set(entry["calls"]) == {"triton"}, (name, entry)
+    return report["speculative"]
+
+
+@pytest.fixture(scope="module")
+def hf(hf_llama):
+    return hf_llama
+
+
+def test_standalone_chain_is_lossless_and_accepts_drafts(tiny_llama, hf, engines):
+    engine = engines.get(tiny_llama, page_size=16, chunked_prefill_size=CHUNK, speculative_algorithm="STANDALONE",
+                         speculative_draft_model_path=tiny_llama, speculative_num_steps=3,
+                         speculative_eagle_topk=1, speculative_num_draft_tokens=4)  # fmt: skip
+    outs = _lossless(engine, hf, page=16)
+    # the draft is the target: its greedy drafts are accepted (4 per verify but at the ends)
+    assert _accept_length(outs) > 2.0
+    phases = _phases(engine)
+    assert phases["target_verify"]["ops"]["extend_attention"] > 0  # a chain: causal, no mask
+    assert "extend_attention(custom_mask)" not in phases["target_verify"]["ops"]
+    assert phases["draft_extend"]["ops"]["extend_attention"] > 0
+    assert phases["draft_decode"]["ops"]["decode_attention"] > 0
+
+
+def test_ngram_tree_is_lossless_with_the_mask(tiny_llama, hf, engines):
+    engine = engines.get(tiny_llama, page_size=1, chunked_prefill_size=CHUNK, speculative_algorithm="NGRAM",
+                         speculative_num_draft_tokens=4)  # fmt: skip
+    outs = _lossless(engine, hf, page=1)
+    _accept_length(outs)
+    phases = _phases(engine)
+    assert phases["target_verify"]["ops"]["extend_attention(custom_mask)"] > 0
+    assert "draft_decode" not in phases  # no draft model
+
+
+def test_platform_declares_algorithms_and_refuses_the_rest(tmp_path):
+    import json
+    from types import SimpleNamespace
+
+    from kunlun_triton.sglang_plugin.platform import KunlunDevPlatform
+    from kunlun_triton.sglang_plugin.support import UnsupportedFeature, check_support
+
+    platform = KunlunDevPlatform.__new__(KunlunDevPlatform)  # the hooks read no state
+    for algo in ("EAGLE", "EAGLE3", "STANDALONE", "NGRAM", "NEXTN"):
+        assert platform.supports_speculative_algorithm(algo)
+        assert platform.supports_speculative_draft_attention_backend(algo, "kunlun_triton")
+    for algo in ("DFLASH", "UNO", "DSPARK", "FROZEN_KV_MTP"):
+        assert not platform.supports_speculative_algorithm(algo)
+    assert not platform.supports_speculative_draft_attention_backend("EAGLE", "flashinfer")
+    assert platform.get_default_speculative_draft_attention_backend("EAGLE") == "kunlun_triton"
+    (tmp_path / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"]}))
+    args = SimpleNamespace(model_path=str(tmp_path), speculative_algorithm="STANDALONE", kv_cache_dtype="auto")
+    check_support(args, ours=True)  # served
+    args.speculative_algorithm = "DFLASH"
+    with pytest.raises(UnsupportedFeature, match=r"LlamaForCausalLM .*--speculative-algorithm DFLASH.*NGRAM"):
+        check_support(args, ours=True)
