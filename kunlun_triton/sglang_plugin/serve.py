@@ -108,6 +108,9 @@ def format_report(rep: dict) -> str:
     for op, e in sorted((rep.get("ops") or {}).items()):
         calls = ", ".join(f"{k}={v}" for k, v in sorted(e.get("calls", {}).items()))
         lines.append(f"    {op:20s} {e.get('impl')}  [{calls}]  {e.get('reason', '')}")
+    for phase, e in sorted((rep.get("speculative") or {}).items()):  # speculative.py: what each phase ran
+        ops = ", ".join(f"{k}={v}" for k, v in sorted(e.get("ops", {}).items()))
+        lines.append(f"    speculative {phase}: {e.get('forwards')} forwards, {e.get('requests')} rows  [{ops}]")
     return "\n".join(lines)
 
 

@@ -11,6 +11,9 @@ Engines (each start is about a minute on 2 cores):
   multi-token accept path runs); a chain: verify without a mask.
 - NGRAM, page size 1: trees from the request's own n-grams, verified with
   the mask (a repetitive prompt makes matches).
+- EAGLE, topk 2, a random draft head built locally (kt_speculative.py):
+  a tree, verified with the mask; the draft's multi-step decode over two
+  branches per request.
 """
 
 from __future__ import annotations
@@ -92,6 +95,24 @@ def test_ngram_tree_is_lossless_with_the_mask(tiny_llama, hf, engines):
     phases = _phases(engine)
     assert phases["target_verify"]["ops"]["extend_attention(custom_mask)"] > 0
     assert "draft_decode" not in phases  # no draft model
+
+
+def test_eagle_tree_with_a_random_head_is_lossless(tiny_llama, hf, engines, model_root):
+    from kt_speculative import build_eagle_head
+
+    head = build_eagle_head(tiny_llama, f"{model_root}/tiny-llama-eagle-head")
+    engine = engines.get(tiny_llama, page_size=16, chunked_prefill_size=CHUNK, speculative_algorithm="EAGLE",
+                         speculative_draft_model_path=head, speculative_num_steps=2,
+                         speculative_eagle_topk=2, speculative_num_draft_tokens=4)  # fmt: skip
+    outs = _lossless(engine, hf, page=16)
+    assert _accept_length(outs) >= 1.0  # random drafts: mostly rejected, the verify's own token kept
+    phases = _phases(engine)
+    assert phases["target_verify"]["ops"]["extend_attention(custom_mask)"] > 0  # a tree: masked
+    assert phases["draft_extend"]["ops"]["extend_attention"] > 0
+    assert phases["draft_decode"]["ops"]["decode_attention"] > 0
+    # topk 2: the draft decode step reads 2 branches per request
+    decode = phases["draft_decode"]
+    assert decode["requests"] >= 2 * decode["forwards"] and decode["requests"] % 2 == 0
 
 
 def test_platform_declares_algorithms_and_refuses_the_rest(tmp_path):
