@@ -173,7 +173,16 @@ def _hook_draft_backends() -> None:
 
 
 def _hook_spec_tree() -> None:
+    import importlib
+
     from .speculative import TREE_BUILD_HOOK, TREE_VERIFY_HOOK, build_tree_triton, verify_tree_greedy_triton
+
+    try:
+        module = importlib.import_module(TREE_BUILD_HOOK.rsplit(".", 1)[0])
+    except ImportError:
+        module = None
+    if not all(hasattr(module, t.rsplit(".", 1)[1]) for t in (TREE_BUILD_HOOK, TREE_VERIFY_HOOK)):
+        return  # SGLang 0.5.21 keeps its tree kernels in eagle_utils: left as they are
 
     _hook(TREE_BUILD_HOOK, build_tree_triton, "AROUND")
     _hook(TREE_VERIFY_HOOK, verify_tree_greedy_triton, "AROUND")
