@@ -144,3 +144,99 @@ def test_platform_declares_algorithms_and_refuses_the_rest(tmp_path):
     args.speculative_algorithm = "DFLASH"
     with pytest.raises(UnsupportedFeature, match=r"LlamaForCausalLM .*--speculative-algorithm DFLASH.*NGRAM"):
         check_support(args, ours=True)
+
+
+def _verify_setup(seq_lens, n, seed):
+    """Our backend over a random pool; a TARGET_VERIFY batch of len(seq_lens)
+    requests with n draft tokens each and a random tree mask (SGLang's layout:
+    request b's n x (seq_len + n) block, prefix columns all visible)."""
+    from types import SimpleNamespace
+
+    import torch
+    from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+
+    from kunlun_triton.sglang_plugin.attention import KunlunTritonAttnBackend
+
+    kv_heads, dim, max_len, bs = 2, 16, 32, len(seq_lens)
+    slots = bs * max_len + 8
+    pool = MHATokenToKVPool(size=slots, page_size=1, dtype=torch.float32, head_num=kv_heads, head_dim=dim,
+                            layer_num=1, device="cpu", enable_memory_saver=False, enable_alt_stream=False)  # fmt: skip
+    gen = torch.Generator().manual_seed(seed)
+    pool.get_key_buffer(0).copy_(torch.randn(pool.get_key_buffer(0).shape, generator=gen))
+    pool.get_value_buffer(0).copy_(torch.randn(pool.get_value_buffer(0).shape, generator=gen))
+    req_to_token = torch.randperm(slots - 1, generator=gen)[: bs * max_len].add(1).to(torch.int32).view(bs, max_len)
+    runner = SimpleNamespace(device="cpu", token_to_kv_pool=pool, use_mla_backend=False,
+                             req_to_token_pool=SimpleNamespace(req_to_token=req_to_token))  # fmt: skip
+    backend = KunlunTritonAttnBackend(runner, deterministic=False)
+    blocks = []
+    for s in seq_lens:  # a random tree: each draft token sees itself and a random subset of earlier ones
+        tree = (torch.rand(n, n, generator=gen) < 0.5).tril(-1) | torch.eye(n, dtype=torch.bool)
+        blocks.append(torch.cat([torch.ones(n, s, dtype=torch.bool), tree], dim=1).flatten())
+    seq = torch.tensor(seq_lens, dtype=torch.int64)
+    out_loc = torch.cat([req_to_token[b, s : s + n] for b, s in enumerate(seq_lens)]).to(torch.int64)
+    batch = SimpleNamespace(forward_mode=ForwardMode.TARGET_VERIFY, req_pool_indices=torch.arange(bs),
+                            seq_lens=seq, seq_lens_sum=int(seq.sum()), out_cache_loc=out_loc,
+                            spec_info=SimpleNamespace(num_tokens_per_req=n, custom_mask=torch.cat(blocks)))  # fmt: skip
+    return backend, pool, req_to_token, batch, blocks, gen
+
+
+def _verify_layer(heads=4, kv_heads=2, dim=16):
+    from types import SimpleNamespace
+
+    from sglang.srt.layers.radix_attention import AttentionType
+
+    return SimpleNamespace(tp_q_head_num=heads, tp_k_head_num=kv_heads, qk_head_dim=dim, v_head_dim=dim,
+                           scaling=dim**-0.5, layer_id=0, logit_cap=0.0, sliding_window_size=-1,
+                           is_cross_attention=False, attn_type=AttentionType.DECODER)  # fmt: skip
+
+
+@pytest.mark.parametrize("seq_lens,n", [([5, 9], 4), ([1, 12, 3], 6)])
+def test_target_verify_attends_where_the_tree_mask_says(seq_lens, n):
+    """Our backend's TARGET_VERIFY forward (metadata + store + masked extend)
+    against attention written out here in torch: draft token i of request b
+    sees the whole committed prefix and draft token j where the mask says;
+    the draft K/V land in the pool at out_cache_loc."""
+    import torch
+
+    backend, pool, req_to_token, batch, blocks, gen = _verify_setup(seq_lens, n, seed=len(seq_lens))
+    layer = _verify_layer()
+    total = len(seq_lens) * n
+    q, k, v = (torch.randn(total, 4 * 16, generator=gen), torch.randn(total, 2 * 16, generator=gen),
+               torch.randn(total, 2 * 16, generator=gen))  # fmt: skip
+    backend.init_forward_metadata(batch)
+    assert backend.forward_metadata.custom_mask is not None  # not a chain: the mask goes to the kernel
+    out = backend.forward_extend(q, k, v, layer, batch).view(total, 4, 16)
+    kb, vb = pool.get_key_buffer(0), pool.get_value_buffer(0)
+    assert torch.equal(kb[batch.out_cache_loc], k.view(total, 2, 16))
+    for b, s in enumerate(seq_lens):
+        keys = torch.cat([kb[req_to_token[b, :s].long()], k.view(total, 2, 16)[b * n : (b + 1) * n]])
+        vals = torch.cat([vb[req_to_token[b, :s].long()], v.view(total, 2, 16)[b * n : (b + 1) * n]])
+        mask = blocks[b].view(n, s + n)
+        for i in range(n):
+            for h in range(4):
+                scores = (keys[:, h // 2] @ q.view(total, 4, 16)[b * n + i, h]) * 16**-0.5
+                scores = scores.masked_fill(~mask[i], float("-inf"))
+                ref = torch.softmax(scores, 0) @ vals[:, h // 2]
+                torch.testing.assert_close(out[b * n + i, h], ref, rtol=1e-4, atol=1e-4)
+
+
+def test_chain_verify_without_a_mask_equals_the_chain_mask():
+    """The shortcut for EAGLE-family topk 1: a chain's mask is causal, so the
+    maskless (causal) verify gives what the masked one gives."""
+    import torch
+
+    backend, pool, req_to_token, batch, blocks, gen = _verify_setup([7, 3], 4, seed=5)
+    n, seqs = 4, [7, 3]
+    chain = [torch.cat([torch.ones(n, s, dtype=torch.bool), torch.ones(n, n, dtype=torch.bool).tril()], 1).flatten()
+             for s in seqs]  # fmt: skip
+    batch.spec_info.custom_mask = torch.cat(chain)
+    layer, total = _verify_layer(), 2 * n
+    q, k, v = (torch.randn(total, 64, generator=gen), torch.randn(total, 32, generator=gen),
+               torch.randn(total, 32, generator=gen))  # fmt: skip
+    backend.init_forward_metadata(batch)
+    masked = backend.forward_extend(q, k, v, layer, batch)
+    backend.chain_verify = True
+    backend.init_forward_metadata(batch)
+    assert backend.forward_metadata.custom_mask is None
+    torch.testing.assert_close(backend.forward_extend(q, k, v, layer, batch), masked, rtol=1e-5, atol=1e-5)
