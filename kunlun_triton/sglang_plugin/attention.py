@@ -72,7 +72,7 @@ from sglang.srt.mem_cache.memory_pool import KVWriteLoc
 from ..runtime.env import env_int
 from . import dev_mode
 from .kv_pool import accepts_values, fp8_pool, plain_mla_pool, plain_pool, store_kv_into_pool, store_latent_into_pool
-from .speculative import note_forward, note_op
+from .speculative import chain_verify, note_forward, note_op, speculative_shape
 
 
 @dataclass
@@ -128,30 +128,6 @@ def _cached_rows(buffer, loc, scale, dtype):
 
 def _cpu_list_or(tensor, cpu_list):
     return list(cpu_list) if cpu_list is not None else tensor.tolist()
-
-
-def speculative_shape() -> tuple:
-    """(algorithm, topk, num_steps, num_draft_tokens) of the server's
-    speculative decoding; (None, 0, 0, 0) without it or outside an engine."""
-    from sglang.srt.runtime_context import get_spec
-
-    try:
-        spec = get_spec()
-        algo = spec.speculative_algorithm
-    except Exception:  # no server context (a backend built outside an engine)
-        return None, 0, 0, 0
-    if not algo or str(algo).upper() == "NONE":
-        return None, 0, 0, 0
-    return (str(algo).upper(), int(spec.speculative_eagle_topk or 0), int(spec.speculative_num_steps or 0),
-            int(spec.speculative_num_draft_tokens or 0))  # fmt: skip
-
-
-def chain_verify(algorithm, topk: int, num_steps: int, num_draft_tokens: int) -> bool:
-    """The verify tree is a chain, so its mask is exactly causal: an
-    EAGLE-family draft (EAGLE, EAGLE3, STANDALONE) with topk 1 drafts
-    num_steps tokens after the verified one. NGRAM's trees are built from
-    corpus matches: always masked."""
-    return algorithm in ("EAGLE", "EAGLE3", "STANDALONE") and topk == 1 and num_draft_tokens == num_steps + 1
 
 
 def deterministic_inference() -> bool:
@@ -210,7 +186,7 @@ class KunlunTritonAttnBackend(AttentionBackend):
     def init_forward_metadata(self, forward_batch):
         mode = forward_batch.forward_mode
         req_to_token = self.req_to_token_pool.req_to_token
-        spec_info = forward_batch.spec_info
+        spec_info = getattr(forward_batch, "spec_info", None)
         if mode.is_decode_or_idle() and getattr(spec_info, "kv_indptr", None) is not None:
             # a draft decode step: the multi-step draft backend built each
             # branch's kv indices (its prefix and its own draft tokens so far)

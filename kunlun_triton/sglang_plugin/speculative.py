@@ -40,6 +40,30 @@ def serves(algorithm) -> bool:
     return algorithm_name(algorithm) in SPECULATIVE_ALGORITHMS
 
 
+def speculative_shape() -> tuple:
+    """(algorithm, topk, num_steps, num_draft_tokens) of the server's
+    speculative decoding; (None, 0, 0, 0) without it or outside an engine."""
+    from sglang.srt.runtime_context import get_spec
+
+    try:
+        spec = get_spec()
+        algo = spec.speculative_algorithm
+    except Exception:  # no server context (a backend built outside an engine)
+        return None, 0, 0, 0
+    if not algo or str(algo).upper() == "NONE":
+        return None, 0, 0, 0
+    return (str(algo).upper(), int(spec.speculative_eagle_topk or 0), int(spec.speculative_num_steps or 0),
+            int(spec.speculative_num_draft_tokens or 0))  # fmt: skip
+
+
+def chain_verify(algorithm, topk: int, num_steps: int, num_draft_tokens: int) -> bool:
+    """The verify tree is a chain, so its mask is exactly causal: an
+    EAGLE-family draft (EAGLE, EAGLE3, STANDALONE) with topk 1 drafts
+    num_steps tokens after the verified one. NGRAM's trees are built from
+    corpus matches: always masked."""
+    return algorithm in ("EAGLE", "EAGLE3", "STANDALONE") and topk == 1 and num_draft_tokens == num_steps + 1
+
+
 def apply_speculative_defaults(server_args) -> None:
     """Speculative decoding runs its verify and draft phases eagerly on the
     kunlun platform: our backend has no verify / draft-extend graph metadata
