@@ -169,6 +169,7 @@ def _verify_setup(seq_lens, n, seed):
     runner = SimpleNamespace(device="cpu", token_to_kv_pool=pool, use_mla_backend=False,
                              req_to_token_pool=SimpleNamespace(req_to_token=req_to_token))  # fmt: skip
     backend = KunlunTritonAttnBackend(runner, deterministic=False)
+    backend.chain_verify = False  # not whatever server context this process last had: the mask path
     blocks = []
     for s in seq_lens:  # a random tree: each draft token sees itself and a random subset of earlier ones
         tree = (torch.rand(n, n, generator=gen) < 0.5).tril(-1) | torch.eye(n, dtype=torch.bool)
