@@ -189,6 +189,11 @@ class _KunlunSRTPlatformBase(SRTPlatform):
     def get_default_speculative_draft_attention_backend(self, algorithm) -> str:
         return ATTENTION_BACKEND
 
+    def get_speculative_cache_locs_fn(self):
+        from .speculative import speculative_cache_locs
+
+        return speculative_cache_locs
+
     def get_speculative_graph_runner_cls(self, algorithm, phase):
         return None  # the draft phases run eagerly (no draft graph metadata in our backend)
 

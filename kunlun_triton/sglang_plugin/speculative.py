@@ -86,6 +86,22 @@ def apply_speculative_defaults(server_args) -> None:
     server_args.disable_cuda_graph = True
 
 
+def speculative_cache_locs(*, req_pool_indices, req_to_token, start_offset, end_offset, batch_size,
+                           draft_token_num, device):  # fmt: skip
+    """The platform's ``get_speculative_cache_locs_fn`` (SGLang's
+    ``assign_extend_cache_locs_func`` on an out-of-tree platform, which
+    otherwise returns None there: the verify of a tree then has no write
+    slots): request b's slots req_to_token[b, start_offset[b]:end_offset[b]],
+    packed. Every request has draft_token_num of them (end - start), so it is
+    one gather, no host value."""
+    import torch
+
+    rows = req_pool_indices[:batch_size].to(torch.int64).view(-1, 1)
+    cols = start_offset[:batch_size].to(torch.int64).view(-1, 1) + torch.arange(
+        draft_token_num, dtype=torch.int64, device=req_to_token.device)  # fmt: skip
+    return req_to_token[rows, cols].reshape(-1).to(device=device, dtype=torch.int64)
+
+
 def _multi_step_base():
     from sglang.srt.layers.attention.triton_backend import TritonMultiStepDraftBackend
 

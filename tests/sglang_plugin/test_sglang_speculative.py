@@ -3,17 +3,19 @@ outputs with speculative decoding are token for token HF transformers'
 greedy outputs (the same tokens SGLang gives without it), through the radix
 cache (a second request sharing a prefix), chunked prefill and page sizes 1
 and 16; every attention call of each phase ran on our Triton kernels, the
-chain verify causal.
+verify of a tree with its custom mask, of a chain causal.
 
 Engines (each start is about a minute on 2 cores):
 - STANDALONE, topk 1, the target as its own draft (every draft is the
   target's greedy token, so drafts are accepted: accept length > 1, the
   multi-token accept path runs); a chain: verify without a mask.
-- EAGLE, topk 1, page size 1, a random draft head built locally
-  (kt_speculative.py): drafts mostly rejected, the repair path.
+- EAGLE, topk 2, page size 1, a random draft head built locally
+  (kt_speculative.py): a tree verified with its mask, drafts mostly
+  rejected (the repair path), the draft decode over two branches.
 NGRAM cannot run here (SGLang's worker needs sgl_kernel's compiled tree op):
-a test shows why and that the platform refuses it at start-up. The tree
-mask itself is tested at the kernel level (tests/ops/attention).
+a test shows why and that the platform refuses it at start-up. Backend
+level: target verify with random tree masks against attention written out
+in torch.
 """
 
 from __future__ import annotations
@@ -106,19 +108,23 @@ def test_ngram_needs_sglangs_compiled_tree_op_and_is_refused_without_it(tmp_path
         check_support(args, ours=True)
 
 
-def test_eagle_chain_with_a_random_head_is_lossless(tiny_llama, hf, engines, model_root):
+def test_eagle_tree_with_a_random_head_is_lossless(tiny_llama, hf, engines, model_root):
     from kt_speculative import build_eagle_head
 
     head = build_eagle_head(tiny_llama, f"{model_root}/tiny-llama-eagle-head")
+    # page size 1: SGLang 0.5.23 allows topk > 1 with pages only on its own flashinfer / fa3 / triton backends
     engine = engines.get(tiny_llama, page_size=1, chunked_prefill_size=CHUNK, speculative_algorithm="EAGLE",
                          speculative_draft_model_path=head, speculative_num_steps=3,
-                         speculative_eagle_topk=1, speculative_num_draft_tokens=4)  # fmt: skip
+                         speculative_eagle_topk=2, speculative_num_draft_tokens=5)  # fmt: skip
     outs = _lossless(engine, hf, page=1)
     assert _accept_length(outs) >= 1.0  # random drafts: mostly rejected, the verify's own token kept
     phases = _phases(engine)
-    assert phases["target_verify"]["ops"]["extend_attention"] > 0
+    assert phases["target_verify"]["ops"]["extend_attention(custom_mask)"] > 0  # a tree: the mask in the kernel
+    assert "extend_attention" not in phases["target_verify"]["ops"]
     assert phases["draft_extend"]["ops"]["extend_attention"] > 0  # the head, fed the target's hidden states
-    assert phases["draft_decode"]["ops"]["decode_attention"] > 0
+    decode = phases["draft_decode"]  # topk 2: two branches per request in each draft decode step
+    assert decode["ops"]["decode_attention"] > 0
+    assert decode["requests"] >= 2 * decode["forwards"] and decode["requests"] % 2 == 0
 
 
 def test_platform_declares_algorithms_and_refuses_the_rest(tmp_path):
