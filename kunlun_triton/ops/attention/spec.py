@@ -79,6 +79,33 @@ def decode_attention_case(shape, dtype, device) -> OpCase:
     )
 
 
+def verify_mask(prefix, extend, device, meta=False):
+    """Target verify's (custom_mask, mask_indptr) for an extend shape with
+    ``custom_mask=1``: request b's E x (P + E) block (SGLang's layout), each
+    draft token seeing its ancestors and itself in a tree of fan-out 2
+    (parent of token i: (i - 1) // 2); the prefix columns set, as SGLang's
+    tree builder fills them. On the meta device: shapes only."""
+    sizes = [e * (p + e) for p, e in zip(prefix, extend)]
+    starts = torch.tensor([0] + sizes).cumsum(0).to(torch.int64)
+    if meta:
+        return _meta(sum(sizes), dtype=torch.bool), _meta(len(sizes) + 1, dtype=torch.int64)
+    blocks = []
+    for p, e in zip(prefix, extend):
+        tree = torch.eye(e, dtype=torch.bool)
+        for i in range(1, e):
+            tree[i] |= tree[(i - 1) // 2]
+        blocks.append(torch.cat([torch.ones(e, p, dtype=torch.bool), tree], 1).flatten())
+    mask = torch.cat(blocks) if blocks else torch.zeros(0, dtype=torch.bool)
+    return mask.to(device), starts.to(device)
+
+
+def _mask_kwargs(shape, prefix, extend, device, meta=False) -> dict:
+    if not shape.get("custom_mask"):
+        return {}
+    mask, starts = verify_mask(prefix, extend, device, meta)
+    return {"custom_mask": mask, "mask_indptr": starts}
+
+
 def extend_attention_case(shape, dtype, device) -> OpCase:
     prefix = shape.get("prefix_lens") or [shape["prefix_len"]] * shape["batch"]
     extend = shape.get("extend_lens") or [shape["extend_len"]] * shape["batch"]
@@ -90,13 +117,15 @@ def extend_attention_case(shape, dtype, device) -> OpCase:
     tokens = sum(e.extend_lens)
     cached = sum(e.pool.lens)
     causal_pairs = sum(n * p + n * (n + 1) // 2 for p, n in zip(e.pool.lens, e.extend_lens))
+    masks = _mask_kwargs(shape, prefix, extend, device)  # target verify: ``custom_mask=1``
     return OpCase(
-        run=lambda config: extend_attention(*args, check=False, config=config),
-        reference=lambda: reference.extend_attention(*e.args()),
+        run=lambda config: extend_attention(*args, check=False, config=config, **masks),
+        reference=lambda: reference.extend_attention(*e.args(), **masks),
         dims={"head_dim": head_dim, "group": q_heads // kv_heads},
         bytes_moved=(cached * kv_heads * 2 + tokens * (2 * q_heads + 2 * kv_heads)) * head_dim * _elt(dtype),
         flops=4 * causal_pairs * q_heads * head_dim,
-        args=args,
+        # SGLang's extend takes (logit_cap, sliding_window, custom_mask, mask_indptr) next
+        args=args + ((0.0, None, masks["custom_mask"], masks["mask_indptr"]) if masks else ()),
         time_reference=cached + tokens <= TORCH_REFERENCE_MAX_TOKENS // 8,
     )
 
@@ -118,7 +147,8 @@ def decode_shapes(preset, quick):
 
 
 def extend_shapes(preset, quick):
-    return [{"batch": b, "prefix_len": p, "extend_len": e, **_heads(preset, quick)}
+    # custom_mask: target verify's tree mask (``--shape custom_mask=1``, `verify_mask`)
+    return [{"batch": b, "prefix_len": p, "extend_len": e, **_heads(preset, quick), "custom_mask": False}
             for b in ([1, 2] if quick else [1, 8]) for p in ([0, 64] if quick else [0, 4096])
             for e in ([32] if quick else [512, 2048])]  # fmt: skip
 
@@ -194,9 +224,10 @@ def extend_attention_kernels(shape, dtype, config):
     k_buffer, v_buffer = _kv_pool(slots, kv_heads, head_dim, v_dim, _pool_dtype(shape, dtype))
     qo_indptr, kv_indptr = _meta(len(extend) + 1, dtype=torch.int32), _meta(len(prefix) + 1, dtype=torch.int32)
     kv_indices = _meta(cached, dtype=torch.int32)
+    masks = _mask_kwargs(shape, prefix, extend, "meta", meta=True)
     specs = meta_kernel_specs(lambda: extend_attention(q, k, v, o, k_buffer, v_buffer, qo_indptr, kv_indptr,
                                                        kv_indices, max(extend), head_dim**-0.5, check=False,
-                                                       config=config))  # fmt: skip
+                                                       config=config, **masks))  # fmt: skip
     return with_loop_items(specs, {"extend_kernel": "BLOCK_N"})
 
 
@@ -310,6 +341,7 @@ SPECS = [
            extend_shapes, bench_dtype=torch.float16, tune_candidates=extend_candidates,
            tune_shapes=extend_tune_shapes, tune_keep=extend_keep, tolerance_scale=2, x_axis="prefix_len",
            kernels=extend_attention_kernels,
-           config_keys={"formulation": FORMULATION, "BLOCK_M": TILE, "BLOCK_N": TILE, "FP8_KV_BLOCK_N": TILE},
+           config_keys={"formulation": FORMULATION, "BLOCK_M": TILE, "BLOCK_N": TILE, "FP8_KV_BLOCK_N": TILE,
+                        "VERIFY_BLOCK_M": TILE},
            function=extend_attention, lookup_dims=("head_dim", "group"), generation_shapes=extend_generation_shapes),
 ]  # fmt: skip

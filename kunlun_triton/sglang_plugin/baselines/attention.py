@@ -42,15 +42,16 @@ def sglang_decode(q, k_buffer, v_buffer, o, kv_indptr, kv_indices, sm_scale, log
 
 
 def sglang_extend(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, qo_indptr, kv_indptr, kv_indices,
-                  max_len_extend, sm_scale, logit_cap=0.0, sliding_window=None):
-    """A no-argument callable running SGLang's extend_attention_fwd (causal,
-    no custom mask) into `o_extend`. `sliding_window` is SGLang's
+                  max_len_extend, sm_scale, logit_cap=0.0, sliding_window=None, custom_mask=None, mask_indptr=None):
+    """A no-argument callable running SGLang's extend_attention_fwd (causal;
+    with `custom_mask` / `mask_indptr`, target verify as its Triton backend
+    runs it) into `o_extend`. `sliding_window` is SGLang's
     sliding_window_size."""
     window = sliding_window if sliding_window and sliding_window > 0 else -1
 
     def run():
         extend_attention_fwd(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, qo_indptr, kv_indptr,
-                             kv_indices, None, True, None, max_len_extend, 1.0, 1.0, sm_scale=sm_scale,
+                             kv_indices, custom_mask, True, mask_indptr, max_len_extend, 1.0, 1.0, sm_scale=sm_scale,
                              logit_cap=logit_cap, sliding_window_size=window)
         return o_extend
 
@@ -137,7 +138,10 @@ def decode_inspect_specs(shape, dtype, max_kv_splits: int = SGLANG_DEFAULT_KV_SP
 
 
 def extend_inspect_specs(shape, dtype):
-    """SGLang's extend kernel for an `extend_attention` shape (causal, no custom mask)."""
+    """SGLang's extend kernel for an `extend_attention` shape (causal; with
+    ``custom_mask=1`` in the shape, target verify's tree mask)."""
+    from kunlun_triton.ops.attention.spec import verify_mask
+
     prefix = shape.get("prefix_lens") or [shape["prefix_len"]] * shape["batch"]
     extend = shape.get("extend_lens") or [shape["extend_len"]] * shape["batch"]
     q_heads, kv_heads, head_dim = shape["q_heads"], shape["kv_heads"], shape["head_dim"]
@@ -148,7 +152,9 @@ def extend_inspect_specs(shape, dtype):
     k_buffer, v_buffer = _meta(slots, kv_heads, head_dim, dtype=dtype), _meta(slots, kv_heads, head_dim, dtype=dtype)
     qo_indptr, kv_indptr = _meta(len(extend) + 1, dtype=torch.int32), _meta(len(prefix) + 1, dtype=torch.int32)
     kv_indices = _meta(cached, dtype=torch.int32)
-    run = sglang_extend(q, k, v, o, k_buffer, v_buffer, qo_indptr, kv_indptr, kv_indices, max(extend), head_dim**-0.5)
+    masks = verify_mask(prefix, extend, "meta", meta=True) if shape.get("custom_mask") else (None, None)
+    run = sglang_extend(q, k, v, o, k_buffer, v_buffer, qo_indptr, kv_indptr, kv_indices, max(extend), head_dim**-0.5,
+                        custom_mask=masks[0], mask_indptr=masks[1])  # fmt: skip
     return _as_on_target(run)
 
 
