@@ -354,13 +354,16 @@ def _launch_plan(config, dtype, head_dim, v_dim, group, formulation, logit_cap, 
         config = lookup_config(OP, head_dim=head_dim, group=group)
     else:
         config = explicit_config(OP, config, head_dim=head_dim, group=group)
-    if custom_mask and config.get("VERIFY_BLOCK_M"):
+    if custom_mask:
         # Target verify scores a few draft tokens (4..64) over a long prefix:
         # a short row tile wastes fewer padding rows per key and keeps the
         # mask tile in registers (sm_90, bf16, 32 q / 8 kv heads of 128,
         # `inspect --shape custom_mask=1`: 128 x 64 spills 560 bytes, 32 x 64
-        # none, and its prefix loop costs 5.5 SASS per key against SGLang's 10.8).
-        config = {**config, "BLOCK_M": int(config["VERIFY_BLOCK_M"])}
+        # none, and its prefix loop costs 5.4 SASS per key against SGLang's
+        # 10.8; docs/speculative.md).
+        verify = {"BLOCK_M": config.get("VERIFY_BLOCK_M"), "BLOCK_N": config.get("VERIFY_BLOCK_N"),
+                  "num_warps": config.get("VERIFY_NUM_WARPS")}  # fmt: skip
+        config = {**config, **{k: int(v) for k, v in verify.items() if v}}
     plan = attention_plan(OP, config, dtype, head_dim, v_dim, group, formulation)
     if fmt and config.get("FP8_KV_BLOCK_N"):  # the decoded fp8 tiles need registers of their own
         plan = dataclasses.replace(plan, block_n=max(int(config["FP8_KV_BLOCK_N"]), 16 if plan.use_dot else 1))

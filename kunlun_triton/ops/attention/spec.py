@@ -342,6 +342,6 @@ SPECS = [
            tune_shapes=extend_tune_shapes, tune_keep=extend_keep, tolerance_scale=2, x_axis="prefix_len",
            kernels=extend_attention_kernels,
            config_keys={"formulation": FORMULATION, "BLOCK_M": TILE, "BLOCK_N": TILE, "FP8_KV_BLOCK_N": TILE,
-                        "VERIFY_BLOCK_M": TILE},
+                        "VERIFY_BLOCK_M": TILE, "VERIFY_BLOCK_N": TILE, "VERIFY_NUM_WARPS": TILE},
            function=extend_attention, lookup_dims=("head_dim", "group"), generation_shapes=extend_generation_shapes),
 ]  # fmt: skip
