@@ -48,7 +48,7 @@ def path(parents, i) -> list[int]:
     return out[::-1]
 
 
-def tree_block(parents, prefix: int, gen: torch.Generator) -> torch.Tensor:
+def tree_block(parents, prefix: int, gen: torch.Generator, junk_above: bool = True) -> torch.Tensor:
     """The E x (P + E) mask block: row i sees its path. The prefix columns and
     the strict upper triangle are random junk, which neither the kernel nor
     the reference reads (prefix: SGLang's skip_prefix_custom_mask; above the
@@ -58,12 +58,14 @@ def tree_block(parents, prefix: int, gen: torch.Generator) -> torch.Tensor:
     tree = torch.zeros(n, n, dtype=torch.bool)
     for i in range(n):
         tree[i, path(parents, i)] = True
-    block[:, prefix:] = torch.where(torch.ones(n, n, dtype=torch.bool).tril(), tree, block[:, prefix:])
+    keep = torch.ones(n, n, dtype=torch.bool).tril() if junk_above else torch.ones(n, n, dtype=torch.bool)
+    block[:, prefix:] = torch.where(keep, tree, block[:, prefix:])
     return block
 
 
 def verify_case(prefix_lens, parents_list, *, q_heads=4, kv_heads=2, head_dim=32, v_head_dim=None,
-                dtype=torch.float16, page_size=1, seed=0, lead=0, mask_dtype=torch.bool, loud=True):  # fmt: skip
+                dtype=torch.float16, page_size=1, seed=0, lead=0, mask_dtype=torch.bool, loud=True,
+                junk_above=True):  # fmt: skip
     """An ExtendBatch of the draft tokens, its (custom_mask, mask_indptr), the
     mask starting `lead` entries into its buffer. With `loud`, every draft
     token's K is scaled by 3 and V by 10, so a masked token that leaked
@@ -75,7 +77,7 @@ def verify_case(prefix_lens, parents_list, *, q_heads=4, kv_heads=2, head_dim=32
         b.k_extend = (b.k_extend.float() * 3).to(dtype)
         b.v_extend = (b.v_extend.float() * 10).to(dtype)
     gen = torch.Generator().manual_seed(seed + 7)
-    blocks = [tree_block(p, n, gen).flatten() for p, n in zip(parents_list, prefix_lens)]
+    blocks = [tree_block(p, n, gen, junk_above).flatten() for p, n in zip(parents_list, prefix_lens)]
     junk = torch.randint(0, 2, (lead,), generator=gen, dtype=torch.uint8).bool()
     mask = torch.cat([junk, *blocks]).to(mask_dtype).to(DEVICE)
     starts = torch.tensor([lead] + [x.numel() for x in blocks]).cumsum(0).to(torch.int32).to(DEVICE)
@@ -188,6 +190,23 @@ def test_a_masked_inf_never_reaches_a_row():
     assert not torch.isfinite(out[[2, 4]]).all(dim=-1).any()
     want = reference.extend_attention(*b.args(), custom_mask=mask, mask_indptr=starts)
     assert_close(out[[0, 1, 3]], want[[0, 1, 3]])
+
+
+@pytest.mark.sglang
+@pytest.mark.parametrize("formulation", FORMULATIONS)
+@pytest.mark.parametrize("kv_heads, group, head_dim", [(2, 1, 64), (2, 4, 128)])
+def test_verify_matches_sglangs_extend_with_its_custom_mask(formulation, kv_heads, group, head_dim):
+    """SGLang's own extend_attention_fwd on the same tree masks (theirs honours
+    entries above the diagonal within a row block: the masks here have none)."""
+    from kunlun_triton.sglang_plugin.baselines.attention import sglang_extend
+
+    gen = torch.Generator().manual_seed(head_dim)
+    parents_list = [random_parents(8, 4, gen), random_parents(5, 1, gen), random_parents(12, 2, gen)]
+    b, mask, starts = verify_case([20, 0, 37], parents_list, q_heads=kv_heads * group, kv_heads=kv_heads,
+                                  head_dim=head_dim, page_size=16, seed=head_dim, junk_above=False)  # fmt: skip
+    ours = extend_attention(*b.args(), formulation=formulation, custom_mask=mask, mask_indptr=starts)
+    theirs = sglang_extend(*b.args(), custom_mask=mask, mask_indptr=starts.to(torch.int64))()
+    assert_close(ours, theirs, scale=2)
 
 
 def _bad(case, **changes):
