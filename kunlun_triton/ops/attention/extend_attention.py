@@ -55,6 +55,7 @@ from ..validation import (
     require_tensor,
 )
 from . import reference
+from .custom_mask import check_custom_mask, mask_mode
 from .fp8 import check_kv_scales, check_pool_dtypes, kernel_view, kv_format, kv_values
 from .shared import AttentionPlan, attention_plan, cdiv, check_formulation, check_kv_pool, needs_int64, window_constexpr
 from .tiles import (
@@ -412,37 +413,6 @@ def _validate(q, k, v, o, k_buffer, v_buffer, qo_indptr, kv_indptr, kv_indices, 
     return group, batch, qo, kv
 
 
-MASK_DTYPES = (torch.bool, torch.uint8, torch.int8)  # one byte a (row, key); nonzero = visible
-
-
-def _validate_mask(custom_mask, mask_indptr, q, batch, qo, kv, sliding_window, unified_kv):
-    """Target verify's tree mask: SGLang's flat layout, request b's
-    E_b x (P_b + E_b) block at mask_indptr[b] (so its size is checked
-    against qo_indptr and kv_indptr)."""
-    if (custom_mask is None) != (mask_indptr is None):
-        given, missing = ("custom_mask", "mask_indptr") if mask_indptr is None else ("mask_indptr", "custom_mask")
-        raise ValueError(f"{OP}: {given} was given without {missing}; pass both (target verify) or neither (causal)")
-    if custom_mask is None:
-        return
-    require_tensor(OP, "custom_mask", custom_mask, dtypes=MASK_DTYPES, ndim=1)
-    require_tensor(OP, "mask_indptr", mask_indptr, dtypes=INDEX_DTYPES, ndim=1)
-    require_same_device(OP, q_extend=q, custom_mask=custom_mask, mask_indptr=mask_indptr)
-    if window_constexpr(OP, sliding_window):
-        raise ValueError(f"{OP}: custom_mask with a sliding_window is not supported (a tree token's position is "
-                         "its depth, not its row); pass sliding_window=None")  # fmt: skip
-    if unified_kv:
-        raise ValueError(f"{OP}: custom_mask with unified_kv is not supported; pass unified_kv=False")
-    masks = check_indptr(OP, "mask_indptr", mask_indptr, batch, custom_mask.numel(), "len(custom_mask)")
-    if batch:
-        extend, prefix = qo[1:] - qo[:-1], kv[1:] - kv[:-1]
-        wrong = ((masks[1:] - masks[:-1]) != extend * (prefix + extend)).nonzero().flatten()
-        if wrong.numel():
-            b = int(wrong[0])
-            raise ValueError(f"{OP}: mask_indptr gives request {b} a mask of {int(masks[b + 1] - masks[b])} entries; "
-                             f"its extend_len x (prefix_len + extend_len) is {int(extend[b])} x "
-                             f"{int(prefix[b] + extend[b])}")  # fmt: skip
-
-
 def extend_attention(
     q_extend: torch.Tensor,
     k_extend: torch.Tensor,
@@ -506,11 +476,13 @@ def extend_attention(
     None (default): causal, compiled exactly as before (a constexpr). Not
     with `sliding_window` or `unified_kv`.
     """
+    masked = mask_mode(OP, custom_mask, mask_indptr, sliding_window, unified_kv)
     if checked_mode(check):
         max_len_extend = require_number(OP, "max_len_extend", max_len_extend, minimum=0, integer=True)
         group, batch, qo, kv = _validate(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer,
                                          qo_indptr, kv_indptr, kv_indices, max_len_extend, unified_kv)  # fmt: skip
-        _validate_mask(custom_mask, mask_indptr, q_extend, batch, qo, kv, sliding_window, unified_kv)
+        if masked:
+            check_custom_mask(OP, custom_mask, mask_indptr, q_extend, batch, qo, kv)
         sm_scale = require_number(OP, "sm_scale", sm_scale, above=0.0)
         logit_cap = require_number(OP, "logit_cap", 0.0 if logit_cap is None else logit_cap, minimum=0.0)
         window = window_constexpr(OP, sliding_window)
@@ -526,7 +498,6 @@ def extend_attention(
     tokens, q_heads, head_dim = q_extend.shape
     if batch <= 0 or tokens == 0 or max_len_extend <= 0:
         return o_extend
-    masked = custom_mask is not None
     if not use_triton(OP, *tensors):
         if unified_kv:
             return reference.extend_attention_unified(q_extend, o_extend, k_buffer, v_buffer, qo_indptr, kv_indptr,

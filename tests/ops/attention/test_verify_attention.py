@@ -231,6 +231,9 @@ def _bad(case, **changes):
          "mask_indptr gives request 0 a mask of 28 entries; its extend_len x \\(prefix_len \\+ extend_len\\) is 3 x 9"),
         (dict(sliding_window=4), ValueError, "custom_mask with a sliding_window is not supported"),
         (dict(unified_kv=True), ValueError, "custom_mask with unified_kv is not supported"),
+        # metadata-only checks hold with checks off too (the kernel would ignore the mask there)
+        (dict(unified_kv=True, check=False), ValueError, "custom_mask with unified_kv is not supported"),
+        (dict(mask_indptr=None, check=False), ValueError, "custom_mask was given without mask_indptr"),
     ],
 )
 def test_bad_masks_raise_naming_the_argument_and_write_nothing(changes, error, pattern):
