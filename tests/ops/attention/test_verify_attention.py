@@ -317,3 +317,27 @@ def test_verify_plans_its_own_row_tile_and_leaves_the_causal_plan_alone():
     assert (verify.constexprs["CUSTOM_MASK"], causal.constexprs["CUSTOM_MASK"]) == (True, False)
     differ = {k for k in causal.constexprs if causal.constexprs[k] != verify.constexprs[k]}
     assert differ == {"BLOCK_M", "CUSTOM_MASK"}
+
+
+@pytest.mark.sglang
+@pytest.mark.parametrize("target", [Target("cuda", "sm_90", "meta", "test"), Target("hip", "gfx942", "meta", "test")],
+                         ids=["sm_90", "gfx942"])  # fmt: skip
+def test_verify_costs_no_more_than_sglangs_per_key(target):
+    """`inspect --compare sglang --shape custom_mask=1` (Llama-3-8B layer, bf16,
+    8 draft tokens over 4096 cached): no spills, and the prefix loop (most of
+    a verify's keys) and the draft tokens' masked loop cost no more per key
+    than SGLang's extend with its custom mask (docs/speculative.md)."""
+    from kunlun_triton.tools.inspect_kernels import inspect_ops, resolve_preset
+
+    report = inspect_ops(["extend_attention"], target, resolve_preset("llama-3-8b"), torch.bfloat16, batch=8,
+                         context=4096, overrides={"extend_len": [8], "custom_mask": [1]}, compare=("sglang",))  # fmt: skip
+    kernels = report["ops"]["extend_attention"]["kernels"]
+    (ours,), (theirs,) = ([k for k in kernels if k["impl"] == impl] for impl in ("ours", "sglang"))
+    assert ours["constexprs"]["CUSTOM_MASK"] and theirs["constexprs"]["USE_CUSTOM_MASK"]
+    assert ours["spill_bytes"] == 0, ours
+    assert ours["sass_per_item"] <= theirs["sass_per_item"], (ours, theirs)
+    # the draft tokens' stream: our first pass's masked loop (after the prefix
+    # loops) against SGLang's extend loop, per key
+    ours_mask = ours["loops"][len(ours["loops"]) // 2 - 1] / ours["items_per_loop"]
+    theirs_mask = max(theirs["loops"][1:]) / theirs["items_per_loop"]
+    assert ours_mask <= theirs_mask, (ours["loops"], theirs["loops"])
