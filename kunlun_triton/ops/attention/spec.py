@@ -337,7 +337,9 @@ SPECS = [
                         "DIRECT_SINGLE_SPLIT": FLAG},
            function=decode_attention, lookup_dims=("head_dim", "group"), generation_shapes=decode_generation_shapes),
     OpSpec("extend_attention", "attention", extend_attention_case,
-           (({"prefix_lens": [20, 0], "extend_lens": [9, 24], "q_heads": 8, "kv_heads": 2, "head_dim": 128, "page_size": 16}, torch.float16),),
+           (({"prefix_lens": [20, 0], "extend_lens": [9, 24], "q_heads": 8, "kv_heads": 2, "head_dim": 128, "page_size": 16}, torch.float16),
+            ({"prefix_lens": [37, 5], "extend_lens": [8, 4], "q_heads": 8, "kv_heads": 2, "head_dim": 128, "page_size": 16,
+              "custom_mask": True}, torch.float16)),  # target verify
            extend_shapes, bench_dtype=torch.float16, tune_candidates=extend_candidates,
            tune_shapes=extend_tune_shapes, tune_keep=extend_keep, tolerance_scale=2, x_axis="prefix_len",
            kernels=extend_attention_kernels,
