@@ -33,6 +33,12 @@ Query blocks sit on the same kind of grid (position p in lane p % BLOCK_M),
 so a row also meets its dot products in the same lane every time.
 The two-stream split costs nothing extra per key; unified mode reads the
 new tokens' slot ids too (4 bytes a key).
+
+Target verify (speculative decoding, CUSTOM_MASK): the new tokens are a
+draft tree and a flat mask (SGLang's layout, `custom_mask`) says which of
+them each one sees; the new tokens' stream then runs every tile masked,
+reading one mask byte per (row, key), on a row tile of its own
+(VERIFY_BLOCK_M: a few draft tokens over a long prefix; docs/speculative.md).
 """
 
 import dataclasses

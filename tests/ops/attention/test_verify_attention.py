@@ -142,6 +142,16 @@ def test_verify_matches_reference(formulation, drafts, topk, prefix_cap, heads, 
 
 
 @pytest.mark.parametrize("formulation", FORMULATIONS)
+def test_a_chain_is_the_causal_extend(formulation):
+    """topk 1: each draft token sees every earlier one, so the masked call
+    equals the plain causal call (both on the Triton path)."""
+    parents_list = [[-1] + list(range(5)), [-1] + list(range(2))]
+    b, mask, starts = verify_case([40, 3], parents_list, dtype=torch.float32, page_size=16, seed=8)
+    out = extend_attention(*b.args(), formulation=formulation, custom_mask=mask, mask_indptr=starts)
+    assert_close(out, extend_attention(*b.args(), formulation=formulation))
+
+
+@pytest.mark.parametrize("formulation", FORMULATIONS)
 def test_more_draft_tokens_than_a_row_block(formulation):
     """40 draft tokens: several query blocks (VERIFY_BLOCK_M 16 where the
     causal extend would take 64 rows a block), a mask read across tiles."""
