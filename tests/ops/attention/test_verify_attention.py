@@ -101,7 +101,7 @@ def path_oracle(b, parents_list, dtype):
                                              indptr, pool.slots(r), n, b.sm_scale)  # fmt: skip
             out[q0 + i] = res[-1].cpu()
         q0 += len(parents)
-    return out.to(dtype)
+    return out.to(dtype).to(DEVICE)
 
 
 @pytest.mark.parametrize("formulation", FORMULATIONS)
