@@ -247,3 +247,20 @@ def test_chain_verify_without_a_mask_equals_the_chain_mask():
     backend.init_forward_metadata(batch)
     assert backend.forward_metadata.custom_mask is None
     torch.testing.assert_close(backend.forward_extend(q, k, v, layer, batch), masked, rtol=1e-5, atol=1e-5)
+
+
+def test_serve_report_prints_each_speculative_phase():
+    from kunlun_triton.sglang_plugin.serve import format_report
+    from kunlun_triton.sglang_plugin.speculative import (
+        note_forward, note_op, reset_speculative_report, speculative_report)
+
+    reset_speculative_report()
+    note_forward("target_verify", 3)
+    note_op("target_verify", "extend_attention(custom_mask)")
+    note_op("target_verify", "store_kv")
+    rep = {"tp_rank": 0, "pid": 1, "target": "interpreter", "ops": {}, "speculative": speculative_report()}
+    assert rep["speculative"] == {"target_verify": {"forwards": 1, "requests": 3,
+                                                    "ops": {"extend_attention(custom_mask)": 1, "store_kv": 1}}}
+    assert "speculative target_verify: 1 forwards, 3 rows  [extend_attention(custom_mask)=1, store_kv=1]" in (
+        format_report(rep))
+    reset_speculative_report()
