@@ -13,7 +13,8 @@ stages, occupancy (CTAs per SM on sm_90, waves per SIMD on gfx942), SASS
 (or AMDGCN) instructions in total and in each loop, the first loop being
 the main one (decode: whole KV tiles; extend: the prefix), and per item
 (key) of a loop's tile. Optional, per op: bytes one call moves
-(``--traffic``, where the op models it), distinct compilations over a
+(``--traffic``, where the op models it), stage-1 programs with work per
+call (``--programs``: decode's splits), distinct compilations over a
 generation (``--compilations``), Python microseconds per launcher call with
 the launch stubbed (``--launcher-us``).
 """
@@ -137,7 +138,8 @@ def _baselines(kind: str) -> dict:
 
 
 def inspect_ops(names, target: Target, preset, dtype, batch=None, context=None, overrides=None,
-                compare=(), traffic=False, compilations=False, launcher_us=False, compile=True) -> dict:  # fmt: skip
+                compare=(), traffic=False, compilations=False, launcher_us=False, compile=True,
+                programs=False) -> dict:  # fmt: skip
     from ..ops.spec import all_specs
     from ..introspect import aot_target, compile_ahead_of_time
 
@@ -184,6 +186,13 @@ def inspect_ops(names, target: Target, preset, dtype, batch=None, context=None, 
             with targeting(target):
                 extras["bytes_per_call"] = {
                     **({"ours": specs[name].traffic(shape, dtype)} if specs[name].traffic else {}),
+                    **({"sglang": sg[name](shape, dtype)} if name in sg else {}),
+                }
+        if programs:
+            sg = _baselines("programs_baselines") if compare else {}
+            with targeting(target):
+                extras["programs"] = {
+                    **({"ours": specs[name].programs(shape, dtype)} if specs[name].programs else {}),
                     **({"sglang": sg[name](shape, dtype)} if name in sg else {}),
                 }
         if compilations and name in generation_ops():
@@ -241,7 +250,8 @@ def format_report(report: dict) -> str:
         widths = [max([len(str(row[i])) for row in rows if i < len(row)] or [0]) for i in range(len(header))]
         lines += ["  ".join(str(v).rjust(w) if i > 1 else str(v).ljust(w) for i, (v, w) in enumerate(zip(row, widths)))
                   for row in rows]  # fmt: skip
-        for key, unit in (("bytes_per_call", "bytes per call"), ("compilations", "compilations over a generation"),
+        for key, unit in (("bytes_per_call", "bytes per call"), ("programs", "stage-1 programs with work per call"),
+                          ("compilations", "compilations over a generation"),
                           ("launcher_us", "Python us per launcher call, launches stubbed")):  # fmt: skip
             if op.get(key):
                 values = op[key]
@@ -268,6 +278,7 @@ def main(argv) -> int:
     parser.add_argument("--shape", action="append", metavar="KEY=V", help="set any key of the op's shape")
     parser.add_argument("--compare", action="append", default=[], choices=["sglang"], help="also SGLang's kernels")
     parser.add_argument("--traffic", action="store_true", help="bytes one call moves (ops with a model of it)")
+    parser.add_argument("--programs", action="store_true", help="stage-1 programs with work per call (decode)")
     parser.add_argument("--compilations", action="store_true", help="distinct compilations over a generation")
     parser.add_argument("--launcher-us", action="store_true", help="Python us per launcher call, launch stubbed")
     parser.add_argument("--no-compile", action="store_true", help="skip the kernels' machine code (extras only)")
@@ -287,7 +298,7 @@ def main(argv) -> int:
                 raise ValueError(f"{flag} must be >= {least} and <= {MAX_SIZE}, got {value}")
         report = inspect_ops(args.ops, target, preset, DTYPES[args.dtype], args.batch, args.context,
                              parse_shapes(args.shape), args.compare, args.traffic, args.compilations,
-                             args.launcher_us, not args.no_compile)  # fmt: skip
+                             args.launcher_us, not args.no_compile, args.programs)  # fmt: skip
     except (ValueError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

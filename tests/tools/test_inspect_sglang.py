@@ -11,7 +11,7 @@ import torch
 
 from kunlun_triton.ops.spec import all_specs
 from kunlun_triton.runtime import Target, targeting
-from kunlun_triton.sglang_plugin.baselines import traffic_baselines
+from kunlun_triton.sglang_plugin.baselines import programs_baselines, traffic_baselines
 from kunlun_triton.sglang_plugin.baselines.attention import sglang_num_kv_splits
 from kunlun_triton.tools.inspect_kernels import inspect_ops, resolve_preset
 
@@ -49,13 +49,40 @@ def test_extend_loops_cost_no_more_than_sglangs_per_key(report):
     assert causal <= their_causal and diagonal <= their_causal, (ours["loops"], theirs["loops"])
 
 
-@pytest.mark.parametrize("batch, context", [(1, 4096), (1, 16384), (8, 32768), (64, 4096), (256, 1024)])
+ROWS = [(1, 512), (1, 1024), (1, 2048), (1, 4096), (1, 16384), (8, 1024), (8, 32768), (32, 1024), (64, 4096),
+        (256, 1024)]  # fmt: skip
+
+
+@pytest.mark.parametrize("batch, context", ROWS)
 def test_decode_moves_at_most_2_percent_more_bytes(batch, context):
     shape = {"batch": batch, "context_len": context, "q_heads": 32, "kv_heads": 8, "head_dim": 128}
     with targeting(SM90):
         ours = all_specs(("attention",))["decode_attention"].traffic(shape, torch.bfloat16)
     theirs = traffic_baselines()["decode_attention"](shape, torch.bfloat16)
     assert ours <= 1.02 * theirs, (ours, theirs)
+
+
+@pytest.mark.parametrize("batch, context", ROWS)
+def test_decode_runs_at_least_sglangs_stage1_programs(batch, context):
+    """Issue 24: the split policy fills an H200 at least as SGLang's backend
+    does (its heuristic for 132 SMs, `programs_baselines`), at every row."""
+    shape = {"batch": batch, "context_len": context, "q_heads": 32, "kv_heads": 8, "head_dim": 128}
+    with targeting(SM90):
+        ours = all_specs(("attention",))["decode_attention"].programs(shape, torch.bfloat16)
+    theirs = programs_baselines()["decode_attention"](shape, torch.bfloat16)
+    assert ours >= theirs, (ours, theirs)
+
+
+def test_programs_baseline_counts_sglangs_split_kernel_grid():
+    """SGLang's stage-1 programs with work = its grouped kernel's head blocks
+    x the splits its heuristic gives (here its own kernel's counts)."""
+    from sglang.kernels.ops.attention.metadata import get_num_kv_splits_triton
+
+    theirs = torch.empty(8, dtype=torch.int32)
+    get_num_kv_splits_triton[(1,)](theirs, torch.full((8,), 1024, dtype=torch.int32), 8, 1, 32, 8, 8, 132,
+                                   MAX_NUM_SEQ=256)  # fmt: skip
+    shape = {"batch": 8, "context_len": 1024, "q_heads": 32, "kv_heads": 8, "head_dim": 128}
+    assert programs_baselines()["decode_attention"](shape, torch.bfloat16) == 8 * int(theirs.sum())  # 32 / 4 blocks
 
 
 @pytest.mark.parametrize("lens", [[1], [7, 4000, 120], [16384], [900] * 64, list(range(1, 300, 7))])

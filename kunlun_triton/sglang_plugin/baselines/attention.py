@@ -176,6 +176,27 @@ def sglang_num_kv_splits(lens, num_head: int, num_kv_head: int, max_kv_splits: i
     return [max(cdiv(n, chunk_1), cdiv(n, chunk_2)) for n in lens]
 
 
+def _sglang_used_splits(shape) -> list[int]:
+    """Non-empty splits per request of SGLang's decode on `shape` (its stage 1
+    skips empty splits; MIN_BLOCK_KV = 32 rounds a split's length)."""
+    lens = shape.get("lens") or [shape["context_len"]] * shape["batch"]
+    used = []
+    for n, splits in zip(lens, sglang_num_kv_splits(lens, shape["q_heads"], shape["kv_heads"])):
+        per_split = -(-(-(-n // splits)) // SGLANG_MIN_BLOCK_KV) * SGLANG_MIN_BLOCK_KV  # cdiv(cdiv(n, s), 32) * 32
+        used.append(-(-n // per_split) if n else 0)
+    return used
+
+
+def decode_inspect_programs(shape, dtype) -> int:
+    """Stage-1 programs of one SGLang decode call that have keys to fold: its
+    grouped kernel's grid is (batch, cdiv(heads, min(16, group)), splits), the
+    MHA kernel's (batch, heads, splits)."""
+    heads, kv_heads = shape["q_heads"], shape["kv_heads"]
+    group = heads // kv_heads
+    per_split = heads if group == 1 else -(-heads // min(16, group))
+    return per_split * sum(_sglang_used_splits(shape))
+
+
 def decode_inspect_traffic(shape, dtype) -> int:
     """Bytes one SGLang decode call moves (its stage 1 skips empty splits;
     MIN_BLOCK_KV = 32 rounds a split's length)."""
@@ -183,10 +204,7 @@ def decode_inspect_traffic(shape, dtype) -> int:
 
     lens = shape.get("lens") or [shape["context_len"]] * shape["batch"]
     q_heads, kv_heads, head_dim = shape["q_heads"], shape["kv_heads"], shape["head_dim"]
-    used = []
-    for n, splits in zip(lens, sglang_num_kv_splits(lens, q_heads, kv_heads)):
-        per_split = -(-(-(-n // splits)) // SGLANG_MIN_BLOCK_KV) * SGLANG_MIN_BLOCK_KV  # cdiv(cdiv(n, s), 32) * 32
-        used.append(-(-n // per_split) if n else 0)
+    used = _sglang_used_splits(shape)
     elt = torch.empty((), dtype=dtype).element_size()
     return decode_traffic(lens, q_heads, kv_heads, head_dim, head_dim, elt, used)
 
