@@ -87,18 +87,21 @@ def splits_used(n_keys: int, split_tokens: int, max_splits: int, block_n: int) -
 
 
 def decode_traffic(lens, q_heads: int, kv_heads: int, head_dim: int, v_dim: int, elt: int, splits,
-                   kv_elt: int | None = None) -> int:  # fmt: skip
+                   kv_elt: int | None = None, *, v_in_k: bool = False, index_elt: int = 4) -> int:  # fmt: skip
     """Bytes one split-KV decode call moves, for requests of `lens` keys
     split into ``splits[b]`` non-empty ranges (SGLang's grouped kernels
     share the structure, so this counts theirs too): each (request, kv head,
     split) program reads its keys' slot ids, K and V rows once and the
     group's q rows, and writes the group's partials (v_dim + 1 fp32 each);
     stage 2 reads the partials back and writes o. `kv_elt`: bytes per
-    cached K/V value when the pool's dtype is not the compute dtype (fp8: 1)."""
+    cached K/V value when the pool's dtype is not the compute dtype (fp8: 1).
+    `v_in_k`: V is taken from the loaded K rows (MLA's latent, read once);
+    `index_elt`: bytes per slot id (SGLang's backend: int64)."""
     keys = sum(lens)
     partials = q_heads * sum(splits)
     kv_elt = elt if kv_elt is None else kv_elt
-    return (keys * kv_heads * ((head_dim + v_dim) * kv_elt + 4)  # slot ids, K and V
+    row = head_dim if v_in_k else head_dim + v_dim
+    return (keys * kv_heads * (row * kv_elt + index_elt)  # slot ids, K and V
             + partials * head_dim * elt  # q rows, once per split
             + 2 * partials * (v_dim + 1) * 4  # partials written, read back
             + len(lens) * q_heads * v_dim * elt)  # o  # fmt: skip

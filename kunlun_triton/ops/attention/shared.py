@@ -15,6 +15,7 @@ from ..validation import require_choice, require_number, require_same, require_t
 from .fp8 import KV_POOL_DTYPES
 
 FORMULATIONS = ("dot", "sum")
+MERGE_TILE = 2048
 INT32_LIMIT = 2**31
 
 
@@ -116,6 +117,11 @@ def attention_plan(op: str, config: dict, dtype, head_dim: int, v_dim: int, grou
     # grouped decode does with 16).
     max_block_h = next_power_of_2(max(int(config.get("MAX_BLOCK_H", 16)), 1))
     block_h = merge_block_h = min(next_power_of_2(group), max_block_h)
+    # The merge holds a [heads, v_dim] fp32 sum and a partial tile: at most
+    # MERGE_TILE values each (16 per thread at 4 warps), so MLA's 512-wide V
+    # merges 4 heads a program (sm_90: 167 registers at 16 heads, SGLang's
+    # one-head merge 28), while head dim 128 keeps its 16.
+    merge_block_h = max(1, min(merge_block_h, MERGE_TILE // next_power_of_2(v_dim)))
     if form.use_dot:  # tl.dot tiles are at least 16 x 16
         block_m, block_n, block_h = max(block_m, 16), max(block_n, 16), max(block_h, 16)
     return AttentionPlan(

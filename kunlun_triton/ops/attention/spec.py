@@ -56,11 +56,17 @@ def store_kv_case(shape, dtype, device) -> OpCase:
 
 def decode_attention_case(shape, dtype, device) -> OpCase:
     lens = shape.get("lens") or [shape["context_len"]] * shape["batch"]
-    d = decode_batch(lens, q_heads=shape["q_heads"], kv_heads=shape["kv_heads"], head_dim=shape["head_dim"],
+    head_dim = shape["head_dim"]
+    v_dim = shape.get("v_head_dim", head_dim)
+    d = decode_batch(lens, q_heads=shape["q_heads"], kv_heads=shape["kv_heads"], head_dim=head_dim,
                      dtype=dtype, device=device, page_size=shape.get("page_size", 1))  # fmt: skip
+    if v_dim < head_dim:  # MLA: V is the latent part of K's rows, as SGLang's pool hands it over
+        d.pool.v_buffer = d.pool.k_buffer[..., :v_dim]
+    elif v_dim != head_dim:
+        raise ValueError(f"decode_attention: v_head_dim {v_dim} above head_dim {head_dim} is not a shape it benches")
     args = d.args()
     total = sum(lens)
-    step = (len(lens), shape["q_heads"], shape["kv_heads"], shape["head_dim"], shape["head_dim"], device)
+    step = (len(lens), shape["q_heads"], shape["kv_heads"], head_dim, v_dim, device)
     workspace = decode_workspace(*step)  # once per decode step, as SGLang's backend makes it
 
     def run(config):
@@ -72,7 +78,8 @@ def decode_attention_case(shape, dtype, device) -> OpCase:
         reference=lambda: reference.decode_attention(*d.args()),
         # no batch: no constexpr may depend on it (the split policy scales with it at run time)
         dims={"head_dim": shape["head_dim"], "group": shape["q_heads"] // shape["kv_heads"]},
-        bytes_moved=(total * shape["kv_heads"] * 2 * shape["head_dim"] + 2 * d.q.numel()) * _elt(dtype),
+        bytes_moved=(total * shape["kv_heads"] * (head_dim if v_dim < head_dim else 2 * head_dim)
+                     + d.q.numel() + len(lens) * shape["q_heads"] * v_dim) * _elt(dtype),
         flops=4 * total * shape["q_heads"] * shape["head_dim"],
         args=args,
         time_reference=total <= TORCH_REFERENCE_MAX_TOKENS,
@@ -113,7 +120,10 @@ def store_kv_shapes(preset, quick):
 
 
 def decode_shapes(preset, quick):
-    return [{"batch": b, "context_len": c, **_heads(preset, quick)}
+    # v_head_dim: MLA's is smaller than head_dim (V the latent part of K's rows),
+    # ``kunlun-triton inspect --shape head_dim=576 --shape v_head_dim=512``
+    v_dim = {} if quick else {"v_head_dim": preset.head_dim}
+    return [{"batch": b, "context_len": c, **_heads(preset, quick), **v_dim}
             for b in ([1, 2] if quick else [1, 8, 32, 64]) for c in ([64, 256] if quick else [1024, 4096, 16384, 32768])]  # fmt: skip
 
 
@@ -217,11 +227,16 @@ def decode_split_counts(shape, dtype):
 
 def decode_attention_traffic(shape, dtype) -> int:
     """Bytes one call moves as the active target's config splits it."""
+    from .decode_splits import _plan
+
     lens = shape.get("lens") or [shape["context_len"]] * shape["batch"]
     q_heads, kv_heads, head_dim = shape["q_heads"], shape["kv_heads"], shape["head_dim"]
+    v_dim = shape.get("v_head_dim", head_dim)
     splits, _ = decode_split_counts(shape, dtype)
-    return decode_traffic(lens, q_heads, kv_heads, head_dim, head_dim, _elt(dtype), splits,
-                          _elt(_pool_dtype(shape, dtype)))  # fmt: skip
+    plan = _plan(None, dtype, head_dim, v_dim, q_heads // kv_heads, None)
+    v_in_k = v_dim < head_dim and plan.block_d == plan.block_dv == v_dim  # decode_attention's V_IN_K
+    return decode_traffic(lens, q_heads, kv_heads, head_dim, v_dim, _elt(dtype), splits,
+                          _elt(_pool_dtype(shape, dtype)), v_in_k=v_in_k)  # fmt: skip
 
 
 def decode_attention_programs(shape, dtype) -> int:
