@@ -333,7 +333,7 @@ SPECS = [
            tune_shapes=decode_tune_shapes, tolerance_scale=2, x_axis="context_len", kernels=decode_attention_kernels,
            traffic=decode_attention_traffic, programs=decode_attention_programs,
            config_keys={"formulation": FORMULATION, "BLOCK_N": TILE, "MAX_KV_SPLITS": COUNT,
-                        "PROGRAMS_PER_UNIT": COUNT, "MIN_SPLIT_TOKENS": COUNT,
+                        "PROGRAMS_PER_UNIT": COUNT, "MIN_SPLIT_TOKENS": COUNT, "MAX_BLOCK_H": TILE,
                         "DIRECT_SINGLE_SPLIT": FLAG},
            function=decode_attention, lookup_dims=("head_dim", "group"), generation_shapes=decode_generation_shapes),
     OpSpec("extend_attention", "attention", extend_attention_case,
