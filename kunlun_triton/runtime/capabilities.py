@@ -94,6 +94,24 @@ COMPUTE_UNITS = {"sm_80": 108, "sm_86": 84, "sm_89": 128, "sm_90": 132, "sm_100"
 _DEFAULT_UNITS = {"cuda": 132, "hip": 304, "kunlun": 12, "interpreter": 1, "torch": 1}
 
 
+def supports_pdl(target: Target | None = None) -> bool:
+    """Programmatic dependent launch (a kernel starting while the one before
+    it finishes, its reads behind ``gdc_wait``): CUDA sm_90 and newer, with a
+    Triton that has ``tl.extra.cuda.gdc_wait`` and the ``launch_pdl`` option
+    (what SGLang's decode uses between its two stages on Hopper)."""
+    target = target or current_target()
+    if target.name != "cuda" or not target.arch.startswith("sm_") or not target.arch[3:].isdigit():
+        return False
+    if int(target.arch[3:]) < 90:
+        return False
+    try:
+        from triton.backends.nvidia.compiler import CUDAOptions
+        from triton.language.extra import cuda
+    except ImportError:
+        return False
+    return hasattr(cuda, "gdc_wait") and "launch_pdl" in getattr(CUDAOptions, "__dataclass_fields__", {})
+
+
 def compute_units(target: Target | None = None) -> int:
     """SMs / CUs / clusters of `target` (default: the current one): the
     device's own count when it is the one this process runs on, else the

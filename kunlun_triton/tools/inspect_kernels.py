@@ -16,7 +16,8 @@ the main one (decode: whole KV tiles; extend: the prefix), and per item
 (``--traffic``, where the op models it), stage-1 programs with work per
 call (``--programs``: decode's splits), distinct compilations over a
 generation (``--compilations``), Python microseconds per launcher call with
-the launch stubbed (``--launcher-us``).
+the launch stubbed (``--launcher-us``: at ``run()``, and below Triton's
+binder, its specialisation and cache lookup counted).
 """
 
 from __future__ import annotations
@@ -199,8 +200,10 @@ def inspect_ops(names, target: Target, preset, dtype, batch=None, context=None, 
             extras["compilations"] = generation_compilations(name, specs[name], target, preset, dtype,
                                                              sglang.get(name))  # fmt: skip
         if launcher_us:
-            extras["launcher_us"] = launcher_overhead(name, specs[name], target, shape, dtype,
-                                                      _baselines("launcher_baselines").get(name) if compare else None)  # fmt: skip
+            sglang_call = _baselines("launcher_baselines").get(name) if compare else None
+            extras["launcher_us"] = launcher_overhead(name, specs[name], target, shape, dtype, sglang_call)
+            extras["launcher_us_binder"] = launcher_overhead(name, specs[name], target, shape, dtype, sglang_call,
+                                                             below_binder=True)  # fmt: skip
     return report
 
 
@@ -215,10 +218,13 @@ def generation_compilations(name, spec, target, preset, dtype, sglang_plan=None)
     return out
 
 
-def launcher_overhead(name, spec, target, shape, dtype, sglang_call=None) -> dict:
+def launcher_overhead(name, spec, target, shape, dtype, sglang_call=None, below_binder=False) -> dict:
     """Python microseconds per call, launches stubbed, on CPU tensors of the
     shape (the target's configs and capabilities), ours and SGLang's in
-    interleaved rounds."""
+    interleaved rounds. `below_binder`: the stub sits under Triton's binder
+    (`introspect.launches.stubbed_below_binder`: specialisation and cache
+    lookup counted), which needs compiled-mode kernels (no TRITON_INTERPRET);
+    else at ``kernel.run()``."""
     from ..introspect.launches import compare_launchers_us
 
     cpu = Target(target.name, target.arch, "cpu", target.reason)
@@ -229,7 +235,7 @@ def launcher_overhead(name, spec, target, shape, dtype, sglang_call=None) -> dic
             calls["sglang"] = sglang_call(shape, dtype, "cpu")
         # a yardstick for this machine's speed, measured alongside
         calls["torch.empty"] = lambda: torch.empty((8, 4096), dtype=dtype)
-        return {impl: round(us, 2) for impl, us in compare_launchers_us(calls).items()}
+        return {impl: round(us, 2) for impl, us in compare_launchers_us(calls, below_binder=below_binder).items()}
 
 
 def format_report(report: dict) -> str:
@@ -252,7 +258,9 @@ def format_report(report: dict) -> str:
                   for row in rows]  # fmt: skip
         for key, unit in (("bytes_per_call", "bytes per call"), ("programs", "stage-1 programs with work per call"),
                           ("compilations", "compilations over a generation"),
-                          ("launcher_us", "Python us per launcher call, launches stubbed")):  # fmt: skip
+                          ("launcher_us", "Python us per launcher call, launches stubbed at run()"),
+                          ("launcher_us_binder", "Python us per launcher call, Triton's binder and cache lookup "
+                                                 "counted (launch stubbed below them)")):  # fmt: skip
             if op.get(key):
                 values = op[key]
                 text = ", ".join(f"{impl} {value}" for impl, value in values.items())

@@ -85,6 +85,35 @@ def test_programs_baseline_counts_sglangs_split_kernel_grid():
     assert programs_baselines()["decode_attention"](shape, torch.bfloat16) == 8 * int(theirs.sum())  # 32 / 4 blocks
 
 
+MLA = {"batch": 4, "context_len": 4096, "q_heads": 16, "kv_heads": 1, "head_dim": 576, "v_head_dim": 512}
+
+
+def test_mla_decode_against_sglangs_has_mla_path():
+    """Issue 24: the latent is read once per tile as SGLang's HAS_MLA path
+    reads it (bytes of K/V per key within 5%), and the merge's registers at
+    MLA dims are at most 2x SGLang's; no spills."""
+    report = inspect_ops(["decode_attention"], SM90, resolve_preset("llama-3-8b"), torch.bfloat16,
+                         overrides={k: [v] for k, v in MLA.items() if k not in ("batch", "context_len")},
+                         batch=4, context=4096, compare=("sglang",))  # fmt: skip
+    partial, merge = (_kernel(report, "decode_attention", "ours", i) for i in (0, 1))
+    their_partial, their_merge = (_kernel(report, "decode_attention", "sglang", i) for i in (0, 1))
+    assert their_partial["constexprs"].get("HAS_MLA") is True and partial["constexprs"]["V_IN_K"] is True
+    assert merge["regs"] <= 2 * their_merge["regs"], (merge, their_merge)
+    assert partial["spill_bytes"] == merge["spill_bytes"] == 0
+    assert partial["sass_per_item"] <= their_partial["sass_per_item"], (partial, their_partial)
+    # The K/V stream per key in each side's bytes model: a one-key call (one
+    # split each side) less its q rows, partials and o, which are the same.
+    from kunlun_triton.ops.attention.decode_splits import decode_traffic
+
+    one = {**MLA, "batch": 1, "context_len": 1}
+    with targeting(SM90):
+        ours = all_specs(("attention",))["decode_attention"].traffic(one, torch.bfloat16)
+    theirs = traffic_baselines()["decode_attention"](one, torch.bfloat16)
+    per_call = decode_traffic([0], 16, 1, 576, 512, 2, [1])
+    assert ours - per_call == 576 * 2 + 4  # the latent + rope row once and an int32 slot id: no V row
+    assert ours - per_call <= 1.05 * (theirs - per_call), (ours, theirs)
+
+
 @pytest.mark.parametrize("lens", [[1], [7, 4000, 120], [16384], [900] * 64, list(range(1, 300, 7))])
 @pytest.mark.parametrize("heads, kv_heads", [(32, 8), (32, 32)])
 def test_split_heuristic_mirror_matches_sglangs_kernel(lens, heads, kv_heads):

@@ -47,6 +47,7 @@ import triton
 import triton.language as tl
 
 from ...runtime import INDEX_DTYPES, plan_cache, use_triton
+from ...runtime.capabilities import supports_pdl
 from ..launch import constexpr_args
 from ..loads import masked_load
 from ..validation import (
@@ -163,6 +164,7 @@ def decode_partial_kernel(
     LOAD_IGNORES_OTHER: tl.constexpr,
     KV_FORMAT: tl.constexpr,
     V_IN_K: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
     b = tl.program_id(0)
     kv_head = tl.program_id(1) // HEAD_BLOCKS  # program 1 axis: (kv head, block of its group's heads)
@@ -219,6 +221,8 @@ def decode_partial_kernel(
     tl.store(part_out_ptr + row[:, None] * V_DIM + offs_dv[None, :], finish_rows(acc, l_i),
              mask=head_mask[:, None] & dv_mask[None, :])  # fmt: skip
     tl.store(part_lse_ptr + row, lse, mask=head_mask)
+    if USE_PDL:  # the merge, launched dependent, may start once every program got here
+        tl.extra.cuda.gdc_launch_dependents()
 
 
 @triton.jit(do_not_specialize=["split_tokens", "max_splits"])
@@ -240,7 +244,10 @@ def decode_merge_kernel(
     BLOCK_N: tl.constexpr,
     WINDOW: tl.constexpr,
     LOAD_IGNORES_OTHER: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
+    if USE_PDL:  # launched dependent on stage 1 (sm_90): its partials are complete past this
+        tl.extra.cuda.gdc_wait()
     b = tl.program_id(0)
     kv_head = tl.program_id(1) // HEAD_BLOCKS
     h0 = tl.program_id(1) % HEAD_BLOCKS * BLOCK_H
@@ -285,6 +292,7 @@ class DecodeLaunch:
     merge_head_blocks: int
     partial: tuple
     merge: tuple
+    merge_launch: dict  # the plan's launch keywords, plus launch_pdl where the target has PDL
 
 
 def _launch_plan(config, dtype, head_dim, v_dim, group, formulation, logit_cap, window, pool_i64,
@@ -293,17 +301,22 @@ def _launch_plan(config, dtype, head_dim, v_dim, group, formulation, logit_cap, 
     # V from the loaded K tile only where that tile is exactly V's (the latent
     # head tile of a split MLA head dim, no padding): else V is loaded as usual.
     v_in_k = v_in_k and plan.block_d == plan.block_dv == v_dim
+    # PDL between the stages (sm_90, as SGLang's decode): the merge launches
+    # while stage 1 drains and waits on the device for its partials.
+    pdl = supports_pdl()
     head_blocks, merge_head_blocks = cdiv(group, plan.block_h), cdiv(group, plan.merge_block_h)
     partial = constexpr_args(
         decode_partial_kernel, GROUP=group, HEAD_DIM=head_dim, V_DIM=v_dim, BLOCK_H=plan.block_h,
         HEAD_BLOCKS=head_blocks, BLOCK_D=plan.block_d, BLOCK_DPE=plan.block_dpe, BLOCK_DV=plan.block_dv,
         BLOCK_N=plan.block_n, LOGIT_CAP=logit_cap, WINDOW=window, USE_DOT=plan.use_dot, DOT_FP32=plan.dot_fp32,
-        POOL_I64=pool_i64, LOAD_IGNORES_OTHER=plan.load_ignores_other, KV_FORMAT=fmt, V_IN_K=v_in_k)  # fmt: skip
+        POOL_I64=pool_i64, LOAD_IGNORES_OTHER=plan.load_ignores_other, KV_FORMAT=fmt, V_IN_K=v_in_k,
+        USE_PDL=pdl)  # fmt: skip
     merge = constexpr_args(
         decode_merge_kernel, GROUP=group, V_DIM=v_dim, BLOCK_H=plan.merge_block_h, HEAD_BLOCKS=merge_head_blocks,
         BLOCK_DV=plan.merge_block_dv, BLOCK_N=plan.block_n, WINDOW=window,
-        LOAD_IGNORES_OTHER=plan.load_ignores_other)  # fmt: skip
-    return DecodeLaunch(plan, head_blocks, merge_head_blocks, partial, merge)
+        LOAD_IGNORES_OTHER=plan.load_ignores_other, USE_PDL=pdl)  # fmt: skip
+    merge_launch = {**plan.launch, "launch_pdl": True} if pdl else plan.launch
+    return DecodeLaunch(plan, head_blocks, merge_head_blocks, partial, merge, merge_launch)
 
 
 @plan_cache
@@ -436,6 +449,6 @@ def decode_attention(
     if launch_merge:
         decode_merge_kernel.run(
             part_out, part_lse, o, kv_indptr, split_tokens, max_splits, q_heads, o.stride(0), o.stride(1),
-            *launch.merge, grid=(batch, kv_heads * launch.merge_head_blocks), **plan.launch,
+            *launch.merge, grid=(batch, kv_heads * launch.merge_head_blocks), **launch.merge_launch,
         )  # fmt: skip
     return o
