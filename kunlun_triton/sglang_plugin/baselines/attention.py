@@ -69,7 +69,7 @@ def sglang_decode(q, k_buffer, v_buffer, o, kv_indptr, kv_indices, sm_scale, log
     counts = sglang_num_kv_splits(lens, heads, k_buffer.shape[1], max_kv_splits, cores) if lens else []
     splits = torch.tensor(counts, dtype=torch.int32, device=q.device).reshape(batch)
     kv_indices = kv_indices.to(torch.int64)  # its backend's dtype (set-up, not timed)
-    pdl = launch["use_pdl"] and q.is_cuda  # a real launch takes PDL only where the card has it
+    pdl = launch["use_pdl"]  # the target's (a stubbed launch on CPU tensors binds it as on the card)
 
     def run():
         decode_attention_fwd(q, k_buffer, v_buffer, o, kv_indptr, kv_indices, logits, lse, splits, max_kv_splits,
