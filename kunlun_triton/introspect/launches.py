@@ -12,7 +12,11 @@ replaced by a stub for the duration of a ``with`` block:
   under this counter tells how many compilations serving would trigger.
 - `launcher_overhead_us`: Python microseconds per call of a launcher whose
   launches do nothing, the cost a decode step pays per layer on the host
-  before the device sees any work.
+  before the device sees any work. `stubbed_below_binder` stubs lower
+  instead: Triton's own ``JITFunction.run`` runs (its binder, argument
+  specialisation, cache key and lookup, grid and launch metadata), and only
+  the compile and the driver's launch are stand-ins: most of a launch's host
+  cost, which a stub at ``run()`` leaves out.
 - `kernel_specs`: the ahead-of-time compile specs (`KernelSpec`) of the
   launches a call makes, as another target would make them: the launcher's
   own code picks every constexpr, Triton's binder the argument types and
@@ -187,6 +191,73 @@ def meta_kernel_specs(call) -> list:
     return kernel_specs(call, Target(target.name, target.arch, "meta", target.reason))
 
 
+class _StubDriver:
+    """What ``JITFunction.run`` asks the driver, answered without a device:
+    a device key of its own (so no real device's kernel cache is touched)
+    and the sm_90 target Triton's binder specialises for."""
+
+    DEVICE = "kunlun-triton-stub"
+
+    def get_current_device(self):
+        return self.DEVICE
+
+    def get_current_stream(self, device=None):
+        return 0
+
+    def get_current_target(self):
+        from triton.backends.compiler import GPUTarget
+
+        return GPUTarget("cuda", 90, 32)
+
+
+class _StubKernel:
+    """A compiled kernel's launch interface, doing nothing (the driver's launch)."""
+
+    function = packed_metadata = None
+
+    def launch_metadata(self, grid, stream, *args):
+        return None
+
+    def run(self, *args, **kwargs):
+        return None
+
+
+def _stub_compile(self, key, *args, **kwargs):
+    """Stands in for ``JITFunction._do_compile``: caches a do-nothing kernel
+    under the key, so later launches with the key hit Triton's cache as a
+    served kernel does."""
+    kernel = _StubKernel()
+    self.device_caches[_StubDriver.DEVICE][0][key] = kernel
+    return kernel
+
+
+@contextlib.contextmanager
+def stubbed_below_binder():
+    """Within the block compiled-mode launches (``JITFunction.run``) run
+    Triton's own launch path down to the driver's launch call, which does
+    nothing; compiles are stand-ins. Interpreted kernels have no binder:
+    refused (run without ``TRITON_INTERPRET``)."""
+    from triton.runtime.driver import driver
+
+    if JITFunction.__dict__.get("run") is None:
+        raise RuntimeError("stubbed_below_binder: this Triton's JITFunction has no run() to measure")
+    saved_driver, saved_compile = driver._active, JITFunction.__dict__["_do_compile"]
+    interpreted_run = InterpretedFunction.__dict__["run"]
+
+    def refuse(self, *args, **kwargs):
+        raise RuntimeError("stubbed_below_binder: an interpreted kernel (TRITON_INTERPRET=1) has no binder to count")
+
+    try:
+        driver.set_active(_StubDriver())
+        JITFunction._do_compile = _stub_compile
+        InterpretedFunction.run = refuse
+        yield
+    finally:
+        driver._active = saved_driver
+        JITFunction._do_compile = saved_compile
+        InterpretedFunction.run = interpreted_run
+
+
 def launcher_overhead_us(call, repeat: int = 2000, warmup: int = 200, rounds: int = 7) -> float:
     """Microseconds per ``call()`` with every Triton launch stubbed out (the
     launcher's own Python only): the best of `rounds` means over `repeat`
@@ -204,11 +275,14 @@ def launcher_overhead_us(call, repeat: int = 2000, warmup: int = 200, rounds: in
     return min(means)
 
 
-def compare_launchers_us(calls: dict, repeat: int = 2000, warmup: int = 200, rounds: int = 7) -> dict:
+def compare_launchers_us(calls: dict, repeat: int = 2000, warmup: int = 200, rounds: int = 7,
+                         below_binder: bool = False) -> dict:  # fmt: skip
     """`launcher_overhead_us` of several calls (``{name: call}``), their
-    rounds interleaved so a shared machine's load drifts over all alike."""
+    rounds interleaved so a shared machine's load drifts over all alike.
+    `below_binder`: launches stubbed under Triton's binder
+    (`stubbed_below_binder`) instead of at ``run()``."""
     best = {name: float("inf") for name in calls}
-    with stubbed_launches():
+    with stubbed_below_binder() if below_binder else stubbed_launches():
         for call in calls.values():
             for _ in range(warmup):
                 call()

@@ -22,6 +22,8 @@ Each op family's ``spec.py`` lists an `OpSpec` per op. `doctor`, `bench` and
   ``kunlun-triton inspect`` compile these;
 - ``traffic(shape, dtype)``: bytes one call moves as launched on the
   active target (scratch included), where the op has a model of it;
+- ``programs(shape, dtype)``: the programs of its first (split) launch that
+  have work, as the active target's config splits it (decode);
 - ``config_keys``: every upper-case key (and ``formulation``) its configs
   may set, with what the kernel requires of it (`runtime.config_keys`); the
   launch options in `LAUNCH_KEYS` come on top. Config files are checked
@@ -123,6 +125,7 @@ class OpSpec:
     x_axis: str = ""
     kernels: Callable[[dict, torch.dtype, dict], list] | None = None
     traffic: Callable[[dict, torch.dtype], int] | None = None
+    programs: Callable[[dict, torch.dtype], int] | None = None  # stage-1 programs with work, per call
     config_keys: dict[str, ConfigKey] | None = None  # what its configs may set (+ LAUNCH_KEYS)
     # -- the registry (module docstring) --
     function: Callable | None = None  # the public op (its __name__ is `name`)

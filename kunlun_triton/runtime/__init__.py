@@ -1,6 +1,6 @@
 """Target detection, capability profiles, dispatch and config lookup."""
 
-from .capabilities import Capabilities, capabilities, launch_options, run_dtype
+from .capabilities import Capabilities, capabilities, compute_units, launch_options, run_dtype
 from .config import ConfigError, clear_config_cache, get_config, plan_cache
 from .dispatch import DispatchError, dispatch_report, record_dispatch, reset_dispatch_report, use_triton
 from .dtypes import FLOAT_DTYPES, INDEX_DTYPES, dtype_name
@@ -17,6 +17,7 @@ __all__ = [
     "EnvError",
     "Target",
     "capabilities",
+    "compute_units",
     "clear_config_cache",
     "current_target",
     "detect_target",

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .dtypes import FLOAT_DTYPES
-from .target import Target, current_target
+from .target import Target, current_target, detect_target
 
 # Launch keywords only Kunlun's Triton accepts. Passing them to another target
 # is an error there, so ops hand every config through `launch_options`.
@@ -80,6 +80,46 @@ _PROFILES = {
 
 def capabilities(target: Target | None = None) -> Capabilities:
     return _PROFILES[(target or current_target()).name]
+
+
+# Units that run programs side by side (SMs, CUs, Kunlun clusters), by arch:
+# what a split policy fills (decode's PROGRAMS_PER_UNIT x this). A real device
+# reports its own count (`compute_units`); these serve ahead-of-time
+# compilation (`kunlun-triton inspect --target`) and cards that hide theirs.
+# sm_90: H100/H200 SXM (SGLang's backend reads 132 there); gfx942: MI300X;
+# p800: Kunlun P800's 12 clusters (docs/design.md).
+COMPUTE_UNITS = {"sm_80": 108, "sm_86": 84, "sm_89": 128, "sm_90": 132, "sm_100": 148, "gfx942": 304,
+                 "gfx950": 256, "p800": 12}  # fmt: skip
+# A target whose arch is not above: its backend's usual part (cuda: an H100).
+_DEFAULT_UNITS = {"cuda": 132, "hip": 304, "kunlun": 12, "interpreter": 1, "torch": 1}
+
+
+def supports_pdl(target: Target | None = None) -> bool:
+    """Programmatic dependent launch (a kernel starting while the one before
+    it finishes, its reads behind ``gdc_wait``): CUDA sm_90 and newer, with a
+    Triton that has ``tl.extra.cuda.gdc_wait`` and the ``launch_pdl`` option
+    (what SGLang's decode uses between its two stages on Hopper)."""
+    target = target or current_target()
+    if target.name != "cuda" or not target.arch.startswith("sm_") or not target.arch[3:].isdigit():
+        return False
+    if int(target.arch[3:]) < 90:
+        return False
+    try:
+        from triton.backends.nvidia.compiler import CUDAOptions
+        from triton.language.extra import cuda
+    except ImportError:
+        return False
+    return hasattr(cuda, "gdc_wait") and "launch_pdl" in getattr(CUDAOptions, "__dataclass_fields__", {})
+
+
+def compute_units(target: Target | None = None) -> int:
+    """SMs / CUs / clusters of `target` (default: the current one): the
+    device's own count when it is the one this process runs on, else the
+    arch's figure (`COMPUTE_UNITS`), else the backend's usual part."""
+    target = target or current_target()
+    if target.name in ("cuda", "hip") and target == detect_target() and torch.cuda.is_available():
+        return int(torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count)
+    return COMPUTE_UNITS.get(target.arch, _DEFAULT_UNITS.get(target.name, 1))
 
 
 def launch_options(config: dict, target: Target | None = None) -> dict:

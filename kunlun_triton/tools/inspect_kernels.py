@@ -13,9 +13,11 @@ stages, occupancy (CTAs per SM on sm_90, waves per SIMD on gfx942), SASS
 (or AMDGCN) instructions in total and in each loop, the first loop being
 the main one (decode: whole KV tiles; extend: the prefix), and per item
 (key) of a loop's tile. Optional, per op: bytes one call moves
-(``--traffic``, where the op models it), distinct compilations over a
+(``--traffic``, where the op models it), stage-1 programs with work per
+call (``--programs``: decode's splits), distinct compilations over a
 generation (``--compilations``), Python microseconds per launcher call with
-the launch stubbed (``--launcher-us``).
+the launch stubbed (``--launcher-us``: at ``run()``, and below Triton's
+binder, its specialisation and cache lookup counted).
 """
 
 from __future__ import annotations
@@ -137,7 +139,8 @@ def _baselines(kind: str) -> dict:
 
 
 def inspect_ops(names, target: Target, preset, dtype, batch=None, context=None, overrides=None,
-                compare=(), traffic=False, compilations=False, launcher_us=False, compile=True) -> dict:  # fmt: skip
+                compare=(), traffic=False, compilations=False, launcher_us=False, compile=True,
+                programs=False) -> dict:  # fmt: skip
     from ..ops.spec import all_specs
     from ..introspect import aot_target, compile_ahead_of_time
 
@@ -186,12 +189,21 @@ def inspect_ops(names, target: Target, preset, dtype, batch=None, context=None, 
                     **({"ours": specs[name].traffic(shape, dtype)} if specs[name].traffic else {}),
                     **({"sglang": sg[name](shape, dtype)} if name in sg else {}),
                 }
+        if programs:
+            sg = _baselines("programs_baselines") if compare else {}
+            with targeting(target):
+                extras["programs"] = {
+                    **({"ours": specs[name].programs(shape, dtype)} if specs[name].programs else {}),
+                    **({"sglang": sg[name](shape, dtype)} if name in sg else {}),
+                }
         if compilations and name in generation_ops():
             extras["compilations"] = generation_compilations(name, specs[name], target, preset, dtype,
                                                              sglang.get(name))  # fmt: skip
         if launcher_us:
-            extras["launcher_us"] = launcher_overhead(name, specs[name], target, shape, dtype,
-                                                      _baselines("launcher_baselines").get(name) if compare else None)  # fmt: skip
+            sglang_call = _baselines("launcher_baselines").get(name) if compare else None
+            extras["launcher_us"] = launcher_overhead(name, specs[name], target, shape, dtype, sglang_call)
+            extras["launcher_us_binder"] = launcher_overhead(name, specs[name], target, shape, dtype, sglang_call,
+                                                             below_binder=True)  # fmt: skip
     return report
 
 
@@ -206,10 +218,13 @@ def generation_compilations(name, spec, target, preset, dtype, sglang_plan=None)
     return out
 
 
-def launcher_overhead(name, spec, target, shape, dtype, sglang_call=None) -> dict:
+def launcher_overhead(name, spec, target, shape, dtype, sglang_call=None, below_binder=False) -> dict:
     """Python microseconds per call, launches stubbed, on CPU tensors of the
     shape (the target's configs and capabilities), ours and SGLang's in
-    interleaved rounds."""
+    interleaved rounds. `below_binder`: the stub sits under Triton's binder
+    (`introspect.launches.stubbed_below_binder`: specialisation and cache
+    lookup counted), which needs compiled-mode kernels (no TRITON_INTERPRET);
+    else at ``kernel.run()``."""
     from ..introspect.launches import compare_launchers_us
 
     cpu = Target(target.name, target.arch, "cpu", target.reason)
@@ -220,7 +235,7 @@ def launcher_overhead(name, spec, target, shape, dtype, sglang_call=None) -> dic
             calls["sglang"] = sglang_call(shape, dtype, "cpu")
         # a yardstick for this machine's speed, measured alongside
         calls["torch.empty"] = lambda: torch.empty((8, 4096), dtype=dtype)
-        return {impl: round(us, 2) for impl, us in compare_launchers_us(calls).items()}
+        return {impl: round(us, 2) for impl, us in compare_launchers_us(calls, below_binder=below_binder).items()}
 
 
 def format_report(report: dict) -> str:
@@ -241,8 +256,11 @@ def format_report(report: dict) -> str:
         widths = [max([len(str(row[i])) for row in rows if i < len(row)] or [0]) for i in range(len(header))]
         lines += ["  ".join(str(v).rjust(w) if i > 1 else str(v).ljust(w) for i, (v, w) in enumerate(zip(row, widths)))
                   for row in rows]  # fmt: skip
-        for key, unit in (("bytes_per_call", "bytes per call"), ("compilations", "compilations over a generation"),
-                          ("launcher_us", "Python us per launcher call, launches stubbed")):  # fmt: skip
+        for key, unit in (("bytes_per_call", "bytes per call"), ("programs", "stage-1 programs with work per call"),
+                          ("compilations", "compilations over a generation"),
+                          ("launcher_us", "Python us per launcher call, launches stubbed at run()"),
+                          ("launcher_us_binder", "Python us per launcher call, Triton's binder and cache lookup "
+                                                 "counted (launch stubbed below them)")):  # fmt: skip
             if op.get(key):
                 values = op[key]
                 text = ", ".join(f"{impl} {value}" for impl, value in values.items())
@@ -268,6 +286,7 @@ def main(argv) -> int:
     parser.add_argument("--shape", action="append", metavar="KEY=V", help="set any key of the op's shape")
     parser.add_argument("--compare", action="append", default=[], choices=["sglang"], help="also SGLang's kernels")
     parser.add_argument("--traffic", action="store_true", help="bytes one call moves (ops with a model of it)")
+    parser.add_argument("--programs", action="store_true", help="stage-1 programs with work per call (decode)")
     parser.add_argument("--compilations", action="store_true", help="distinct compilations over a generation")
     parser.add_argument("--launcher-us", action="store_true", help="Python us per launcher call, launch stubbed")
     parser.add_argument("--no-compile", action="store_true", help="skip the kernels' machine code (extras only)")
@@ -287,7 +306,7 @@ def main(argv) -> int:
                 raise ValueError(f"{flag} must be >= {least} and <= {MAX_SIZE}, got {value}")
         report = inspect_ops(args.ops, target, preset, DTYPES[args.dtype], args.batch, args.context,
                              parse_shapes(args.shape), args.compare, args.traffic, args.compilations,
-                             args.launcher_us, not args.no_compile)  # fmt: skip
+                             args.launcher_us, not args.no_compile, args.programs)  # fmt: skip
     except (ValueError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -120,7 +120,7 @@ def test_bad_value_in_a_shape_rule_raises():
 
 def test_good_values_pass():
     config.validate(_file("fused_experts", "BLOCK_K", 128), "f.yaml", RULES)
-    config.validate(_file("decode_attention", "TARGET_PROGRAMS", 1216), "f.yaml", RULES)  # counts need not be 2^n
+    config.validate(_file("decode_attention", "PROGRAMS_PER_UNIT", 6), "f.yaml", RULES)  # counts need not be 2^n
     config.validate(_file("rms_norm", "num_warps", 8), "f.yaml", RULES)
 
 

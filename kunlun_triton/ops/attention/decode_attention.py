@@ -26,7 +26,9 @@ length ever recompiles a kernel, and a CUDA graph can replay any lengths):
 
 ``split_tokens`` is MIN_SPLIT_TOKENS of the config (or 1 with an explicit
 `num_kv_splits`); ``max_splits`` fills the device at this batch size:
-ceil(TARGET_PROGRAMS / (batch * kv_heads)), at most MAX_KV_SPLITS. The fixed
+ceil(PROGRAMS_PER_UNIT * units / (batch * kv_heads * head blocks)), at most
+MAX_KV_SPLITS, where units is the target's SM / CU / cluster count
+(`runtime.compute_units`: the device's own, else its arch's figure). The fixed
 split-tile mode (``split_tile_size=T``: split_tokens = T and a cap no
 request reaches) makes a request's reduction order a function of its own
 length only: batch-invariant, what deterministic inference needs.
@@ -45,6 +47,7 @@ import triton
 import triton.language as tl
 
 from ...runtime import INDEX_DTYPES, plan_cache, use_triton
+from ...runtime.capabilities import supports_pdl
 from ..launch import constexpr_args
 from ..loads import masked_load
 from ..validation import (
@@ -59,7 +62,7 @@ from ..validation import (
 from . import reference
 from .decode_splits import DecodeWorkspace, _plan, check_workspace, split_policy
 from .fp8 import check_kv_scales, check_pool_dtypes, kernel_view, kv_format, kv_values
-from .shared import AttentionPlan, check_formulation, check_kv_pool, cdiv, needs_int64, window_constexpr
+from .shared import AttentionPlan, check_formulation, check_kv_pool, cdiv, latent_view, needs_int64, window_constexpr
 from .tiles import finish_rows, load_tile, online_softmax_update, scale_and_cap, scores
 
 OP = "decode_attention"
@@ -85,12 +88,15 @@ def decode_tile(q, q_pe, m_i, l_i, acc, kv_row_ptr, k_head_ptr, v_head_ptr, n0, 
                 MASK_N: tl.constexpr, MASK_D: tl.constexpr, MASK_DPE: tl.constexpr, MASK_DV: tl.constexpr,
                 BLOCK_DPE: tl.constexpr, LOGIT_CAP: tl.constexpr, USE_DOT: tl.constexpr, DOT_FP32: tl.constexpr,
                 POOL_I64: tl.constexpr, LOAD_IGNORES_OTHER: tl.constexpr, k_scale, v_scale,
-                KV_FORMAT: tl.constexpr):  # fmt: skip
+                KV_FORMAT: tl.constexpr, V_IN_K: tl.constexpr):  # fmt: skip
     """Fold keys n0 .. n0 + BLOCK_N (those below `hi` when MASK_N) into the
     running softmax of the group's heads. A split head dim (BLOCK_DPE > 0)
     scores as q[:BLOCK_D].k[:BLOCK_D] + q_pe.k[BLOCK_D:] (MLA: latent + rope).
-    An fp8 pool's bytes (KV_FORMAT > 0) are decoded after the load, times
-    k_scale / v_scale (`fp8.kv_values`); KV_FORMAT 0 adds no code."""
+    V_IN_K (MLA: V is the first BLOCK_D = V_DIM values of each K row) takes
+    V as the transposed K tile already loaded: the latent is read once per
+    tile, as SGLang's HAS_MLA path does. An fp8 pool's bytes (KV_FORMAT > 0)
+    are decoded after the load, times k_scale / v_scale (`fp8.kv_values`);
+    KV_FORMAT 0 adds no code."""
     offs_n = n0 + tl.arange(0, BLOCK_N)
     n_mask = offs_n < hi
     if MASK_N:
@@ -99,9 +105,9 @@ def decode_tile(q, q_pe, m_i, l_i, acc, kv_row_ptr, k_head_ptr, v_head_ptr, n0, 
         slot = tl.load(kv_row_ptr + offs_n)
     if POOL_I64:
         slot = slot.to(tl.int64)
-    k_t = load_tile(k_head_ptr + offs_d[:, None] + slot[None, :] * kb_stride_s, d_mask, n_mask, MASK_D, MASK_N,
-                    LOAD_IGNORES_OTHER)  # fmt: skip
-    k_t = kv_values(k_t, k_scale, q, KV_FORMAT, USE_DOT, DOT_FP32)
+    k_raw = load_tile(k_head_ptr + offs_d[:, None] + slot[None, :] * kb_stride_s, d_mask, n_mask, MASK_D, MASK_N,
+                      LOAD_IGNORES_OTHER)  # fmt: skip
+    k_t = kv_values(k_raw, k_scale, q, KV_FORMAT, USE_DOT, DOT_FP32)
     s = scores(q, k_t, USE_DOT, DOT_FP32)
     if BLOCK_DPE > 0:
         kpe_t = load_tile(k_head_ptr + offs_dpe[:, None] + slot[None, :] * kb_stride_s, dpe_mask, n_mask, MASK_DPE,
@@ -111,9 +117,12 @@ def decode_tile(q, q_pe, m_i, l_i, acc, kv_row_ptr, k_head_ptr, v_head_ptr, n0, 
     s = scale_and_cap(s, sm_scale, LOGIT_CAP)
     if MASK_N:
         s = tl.where(n_mask[None, :], s, float("-inf"))
-    v = load_tile(v_head_ptr + slot[:, None] * vb_stride_s + offs_dv[None, :], n_mask, dv_mask, MASK_N, MASK_DV,
-                  LOAD_IGNORES_OTHER)  # fmt: skip
-    v = kv_values(v, v_scale, q, KV_FORMAT, USE_DOT, DOT_FP32)
+    if V_IN_K:
+        v = kv_values(tl.trans(k_raw), v_scale, q, KV_FORMAT, USE_DOT, DOT_FP32)
+    else:
+        v = load_tile(v_head_ptr + slot[:, None] * vb_stride_s + offs_dv[None, :], n_mask, dv_mask, MASK_N, MASK_DV,
+                      LOAD_IGNORES_OTHER)  # fmt: skip
+        v = kv_values(v, v_scale, q, KV_FORMAT, USE_DOT, DOT_FP32)
     return online_softmax_update(s, v, m_i, l_i, acc, USE_DOT, DOT_FP32)
 
 
@@ -154,6 +163,8 @@ def decode_partial_kernel(
     POOL_I64: tl.constexpr,
     LOAD_IGNORES_OTHER: tl.constexpr,
     KV_FORMAT: tl.constexpr,
+    V_IN_K: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
     b = tl.program_id(0)
     kv_head = tl.program_id(1) // HEAD_BLOCKS  # program 1 axis: (kv head, block of its group's heads)
@@ -194,7 +205,7 @@ def decode_partial_kernel(
                                     kb_stride_s, vb_stride_s, offs_d, offs_dpe, offs_dv, d_mask, dpe_mask, dv_mask,
                                     BLOCK_N, False, BLOCK_D > HEAD_DIM, BLOCK_D + BLOCK_DPE > HEAD_DIM,
                                     BLOCK_DV != V_DIM, BLOCK_DPE, LOGIT_CAP, USE_DOT, DOT_FP32, POOL_I64,
-                                    LOAD_IGNORES_OTHER, k_scale, v_scale, KV_FORMAT)  # fmt: skip
+                                    LOAD_IGNORES_OTHER, k_scale, v_scale, KV_FORMAT, V_IN_K)  # fmt: skip
     # The ragged last tile, as a loop of at most one trip: Triton pipelines a
     # loop's loads into shared memory, where a straight-line tile after the
     # loop would stage them in registers (126 registers instead of 64 on sm_90).
@@ -203,13 +214,15 @@ def decode_partial_kernel(
                                     kb_stride_s, vb_stride_s, offs_d, offs_dpe, offs_dv, d_mask, dpe_mask, dv_mask,
                                     BLOCK_N, True, BLOCK_D > HEAD_DIM, BLOCK_D + BLOCK_DPE > HEAD_DIM,
                                     BLOCK_DV != V_DIM, BLOCK_DPE, LOGIT_CAP, USE_DOT, DOT_FP32, POOL_I64,
-                                    LOAD_IGNORES_OTHER, k_scale, v_scale, KV_FORMAT)  # fmt: skip
+                                    LOAD_IGNORES_OTHER, k_scale, v_scale, KV_FORMAT, V_IN_K)  # fmt: skip
 
     lse = tl.where(l_i == 0.0, float("-inf"), m_i + tl.log(tl.where(l_i == 0.0, 1.0, l_i)))
     row = (b.to(tl.int64) * num_q_heads + heads) * max_splits + split  # [BLOCK_H]
     tl.store(part_out_ptr + row[:, None] * V_DIM + offs_dv[None, :], finish_rows(acc, l_i),
              mask=head_mask[:, None] & dv_mask[None, :])  # fmt: skip
     tl.store(part_lse_ptr + row, lse, mask=head_mask)
+    if USE_PDL:  # the merge, launched dependent, may start once every program got here
+        tl.extra.cuda.gdc_launch_dependents()
 
 
 @triton.jit(do_not_specialize=["split_tokens", "max_splits"])
@@ -231,7 +244,10 @@ def decode_merge_kernel(
     BLOCK_N: tl.constexpr,
     WINDOW: tl.constexpr,
     LOAD_IGNORES_OTHER: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
+    if USE_PDL:  # launched dependent on stage 1 (sm_90): its partials are complete past this
+        tl.extra.cuda.gdc_wait()
     b = tl.program_id(0)
     kv_head = tl.program_id(1) // HEAD_BLOCKS
     h0 = tl.program_id(1) % HEAD_BLOCKS * BLOCK_H
@@ -276,22 +292,31 @@ class DecodeLaunch:
     merge_head_blocks: int
     partial: tuple
     merge: tuple
+    merge_launch: dict  # the plan's launch keywords, plus launch_pdl where the target has PDL
 
 
 def _launch_plan(config, dtype, head_dim, v_dim, group, formulation, logit_cap, window, pool_i64,
-                 fmt=0) -> DecodeLaunch:  # fmt: skip
+                 fmt=0, v_in_k=False) -> DecodeLaunch:  # fmt: skip
     plan = _plan(config, dtype, head_dim, v_dim, group, formulation)
+    # V from the loaded K tile only where that tile is exactly V's (the latent
+    # head tile of a split MLA head dim, no padding): else V is loaded as usual.
+    v_in_k = v_in_k and plan.block_d == plan.block_dv == v_dim
+    # PDL between the stages (sm_90, as SGLang's decode): the merge launches
+    # while stage 1 drains and waits on the device for its partials.
+    pdl = supports_pdl()
     head_blocks, merge_head_blocks = cdiv(group, plan.block_h), cdiv(group, plan.merge_block_h)
     partial = constexpr_args(
         decode_partial_kernel, GROUP=group, HEAD_DIM=head_dim, V_DIM=v_dim, BLOCK_H=plan.block_h,
         HEAD_BLOCKS=head_blocks, BLOCK_D=plan.block_d, BLOCK_DPE=plan.block_dpe, BLOCK_DV=plan.block_dv,
         BLOCK_N=plan.block_n, LOGIT_CAP=logit_cap, WINDOW=window, USE_DOT=plan.use_dot, DOT_FP32=plan.dot_fp32,
-        POOL_I64=pool_i64, LOAD_IGNORES_OTHER=plan.load_ignores_other, KV_FORMAT=fmt)  # fmt: skip
+        POOL_I64=pool_i64, LOAD_IGNORES_OTHER=plan.load_ignores_other, KV_FORMAT=fmt, V_IN_K=v_in_k,
+        USE_PDL=pdl)  # fmt: skip
     merge = constexpr_args(
         decode_merge_kernel, GROUP=group, V_DIM=v_dim, BLOCK_H=plan.merge_block_h, HEAD_BLOCKS=merge_head_blocks,
         BLOCK_DV=plan.merge_block_dv, BLOCK_N=plan.block_n, WINDOW=window,
-        LOAD_IGNORES_OTHER=plan.load_ignores_other)  # fmt: skip
-    return DecodeLaunch(plan, head_blocks, merge_head_blocks, partial, merge)
+        LOAD_IGNORES_OTHER=plan.load_ignores_other, USE_PDL=pdl)  # fmt: skip
+    merge_launch = {**plan.launch, "launch_pdl": True} if pdl else plan.launch
+    return DecodeLaunch(plan, head_blocks, merge_head_blocks, partial, merge, merge_launch)
 
 
 @plan_cache
@@ -392,12 +417,13 @@ def decode_attention(
 
     kv_heads, v_dim = k_buffer.shape[1], v_buffer.shape[2]
     shape_class = (q.dtype, head_dim, v_dim, group, formulation, logit_cap, window, needs_int64(k_buffer, v_buffer),
-                   kv_format(k_buffer.dtype))  # fmt: skip
+                   kv_format(k_buffer.dtype), latent_view(k_buffer, v_buffer))  # fmt: skip
     launch = _cached_launch_plan(*shape_class) if config is None else _launch_plan(config, *shape_class)
     plan = launch.plan
     if workspace is None:
         total = kv_indices.shape[0]  # bounds the longest request: no split beyond it is ever used
-        split_tokens, max_splits = split_policy(plan, batch, kv_heads, num_kv_splits, split_tile_size, total)
+        split_tokens, max_splits = split_policy(plan, batch, kv_heads * launch.head_blocks, num_kv_splits, split_tile_size,
+                                                total)  # fmt: skip
         max_splits = max(1, min(max_splits, cdiv(total, split_tokens)))
         part_out = q.new_empty(batch, q_heads, max_splits, v_dim, dtype=torch.float32)
         part_lse = q.new_empty(batch, q_heads, max_splits, dtype=torch.float32)
@@ -423,6 +449,6 @@ def decode_attention(
     if launch_merge:
         decode_merge_kernel.run(
             part_out, part_lse, o, kv_indptr, split_tokens, max_splits, q_heads, o.stride(0), o.stride(1),
-            *launch.merge, grid=(batch, kv_heads * launch.merge_head_blocks), **plan.launch,
+            *launch.merge, grid=(batch, kv_heads * launch.merge_head_blocks), **launch.merge_launch,
         )  # fmt: skip
     return o

@@ -57,15 +57,26 @@ class DecodeWorkspace:
         return self.part_out.shape[2]
 
 
-def split_policy(plan: AttentionPlan, batch: int, kv_heads: int, num_kv_splits=None, split_tile_size=None,
+def split_policy(plan: AttentionPlan, batch: int, head_programs: int, num_kv_splits=None, split_tile_size=None,
                  max_context_len=None) -> tuple[int, int]:  # fmt: skip
-    """(split_tokens, max_splits) for a batch: see the module docstring."""
+    """(split_tokens, max_splits) for a batch whose stage 1 runs
+    `head_programs` programs per request and split (kv heads x head blocks).
+
+    The default fills the device: max_splits = ceil(target_programs /
+    (batch x head_programs)) (target_programs = PROGRAMS_PER_UNIT x the
+    target's SMs / CUs / clusters), at most MAX_KV_SPLITS; each request then
+    takes one split per MIN_SPLIT_TOKENS keys up to that, on the device."""
     if split_tile_size:
         return split_tile_size, max(cdiv(max_context_len, split_tile_size), 1)
     if num_kv_splits:
         return 1, num_kv_splits
-    cap = cdiv(plan.target_programs, max(batch * kv_heads, 1))
+    cap = cdiv(plan.target_programs, max(batch * head_programs, 1))
     return plan.min_split_tokens, max(1, min(cap, plan.max_kv_splits))
+
+
+def head_programs(plan: AttentionPlan, q_heads: int, kv_heads: int) -> int:
+    """Stage-1 programs per request and split: kv heads x blocks of a group's heads."""
+    return kv_heads * cdiv(q_heads // kv_heads, plan.block_h)
 
 
 def splits_used(n_keys: int, split_tokens: int, max_splits: int, block_n: int) -> int:
@@ -76,18 +87,21 @@ def splits_used(n_keys: int, split_tokens: int, max_splits: int, block_n: int) -
 
 
 def decode_traffic(lens, q_heads: int, kv_heads: int, head_dim: int, v_dim: int, elt: int, splits,
-                   kv_elt: int | None = None) -> int:  # fmt: skip
+                   kv_elt: int | None = None, *, v_in_k: bool = False, index_elt: int = 4) -> int:  # fmt: skip
     """Bytes one split-KV decode call moves, for requests of `lens` keys
     split into ``splits[b]`` non-empty ranges (SGLang's grouped kernels
     share the structure, so this counts theirs too): each (request, kv head,
     split) program reads its keys' slot ids, K and V rows once and the
     group's q rows, and writes the group's partials (v_dim + 1 fp32 each);
     stage 2 reads the partials back and writes o. `kv_elt`: bytes per
-    cached K/V value when the pool's dtype is not the compute dtype (fp8: 1)."""
+    cached K/V value when the pool's dtype is not the compute dtype (fp8: 1).
+    `v_in_k`: V is taken from the loaded K rows (MLA's latent, read once);
+    `index_elt`: bytes per slot id (SGLang's backend: int64)."""
     keys = sum(lens)
     partials = q_heads * sum(splits)
     kv_elt = elt if kv_elt is None else kv_elt
-    return (keys * kv_heads * ((head_dim + v_dim) * kv_elt + 4)  # slot ids, K and V
+    row = head_dim if v_in_k else head_dim + v_dim
+    return (keys * kv_heads * (row * kv_elt + index_elt)  # slot ids, K and V
             + partials * head_dim * elt  # q rows, once per split
             + 2 * partials * (v_dim + 1) * 4  # partials written, read back
             + len(lens) * q_heads * v_dim * elt)  # o  # fmt: skip
@@ -125,7 +139,8 @@ def decode_split_plan(batch: int, q_heads: int, kv_heads: int, head_dim: int, v_
     """(split_tokens, max_splits) `decode_workspace` chooses, without allocating:
     a graph capture sizes one scratch for every batch size from it."""
     plan = _plan(config, torch.float32, head_dim, v_head_dim, q_heads // kv_heads, None)
-    return split_policy(plan, batch, kv_heads, num_kv_splits, split_tile_size, max_context_len)
+    return split_policy(plan, batch, head_programs(plan, q_heads, kv_heads), num_kv_splits, split_tile_size,
+                        max_context_len)  # fmt: skip
 
 
 def check_workspace(workspace, batch: int, q_heads: int, v_dim: int, device) -> None:

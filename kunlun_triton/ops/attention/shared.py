@@ -9,12 +9,13 @@ from dataclasses import dataclass
 
 import torch
 
-from ...runtime import capabilities, launch_options
+from ...runtime import capabilities, compute_units, launch_options
 from ..launch import run_keywords
 from ..validation import require_choice, require_number, require_same, require_tensor
 from .fp8 import KV_POOL_DTYPES
 
 FORMULATIONS = ("dot", "sum")
+MERGE_TILE = 2048
 INT32_LIMIT = 2**31
 
 
@@ -92,7 +93,7 @@ class AttentionPlan:
     merge_block_h: int  # decode stage 2: heads per program, padded (no dot there)
     merge_block_dv: int
     min_split_tokens: int  # decode split policy (see decode_attention)
-    target_programs: int
+    target_programs: int  # PROGRAMS_PER_UNIT x the target's SMs / CUs / clusters
     max_kv_splits: int
     # decode: with one split per request, stage 1 writes the output itself
     # and the merge is not launched (the interpreter's plan: one launch
@@ -116,6 +117,11 @@ def attention_plan(op: str, config: dict, dtype, head_dim: int, v_dim: int, grou
     # grouped decode does with 16).
     max_block_h = next_power_of_2(max(int(config.get("MAX_BLOCK_H", 16)), 1))
     block_h = merge_block_h = min(next_power_of_2(group), max_block_h)
+    # The merge holds a [heads, v_dim] fp32 sum and a partial tile: at most
+    # MERGE_TILE values each (16 per thread at 4 warps), so MLA's 512-wide V
+    # merges 4 heads a program (sm_90: 167 registers at 16 heads, SGLang's
+    # one-head merge 28), while head dim 128 keeps its 16.
+    merge_block_h = max(1, min(merge_block_h, MERGE_TILE // next_power_of_2(v_dim)))
     if form.use_dot:  # tl.dot tiles are at least 16 x 16
         block_m, block_n, block_h = max(block_m, 16), max(block_n, 16), max(block_h, 16)
     return AttentionPlan(
@@ -130,12 +136,25 @@ def attention_plan(op: str, config: dict, dtype, head_dim: int, v_dim: int, grou
         merge_block_h=merge_block_h,
         merge_block_dv=next_power_of_2(v_dim),
         min_split_tokens=max(int(config["MIN_SPLIT_TOKENS"]), 1) if decode else 0,
-        target_programs=max(int(config["TARGET_PROGRAMS"]), 1) if decode else 0,
+        target_programs=max(int(config["PROGRAMS_PER_UNIT"]) * compute_units(), 1) if decode else 0,
         max_kv_splits=max(int(config["MAX_KV_SPLITS"]), 1) if decode else 0,
         direct_single_split=bool(config["DIRECT_SINGLE_SPLIT"]) if decode else False,
         load_ignores_other=capabilities().load_ignores_other,
         launch=run_keywords(launch_options(config)),
     )
+
+
+def latent_view(k_buffer, v_buffer) -> bool:
+    """Whether V is the first v_dim values of K's rows, as SGLang's MLA pool
+    hands them over (``v = kv[..., :kv_lora_rank]``): then a kernel can take
+    V from the K tile it loaded. Meta tensors (ahead-of-time planning) share
+    no addresses, so there the view's base tells."""
+    if (v_buffer.stride() != k_buffer.stride() or v_buffer.dtype != k_buffer.dtype
+            or v_buffer.storage_offset() != k_buffer.storage_offset()):
+        return False
+    if k_buffer.device.type == "meta":
+        return v_buffer._base is not None and v_buffer._base is (k_buffer._base if k_buffer._base is not None else k_buffer)
+    return v_buffer.data_ptr() == k_buffer.data_ptr()
 
 
 def check_formulation(op: str, formulation) -> None:

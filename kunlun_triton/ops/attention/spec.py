@@ -56,11 +56,17 @@ def store_kv_case(shape, dtype, device) -> OpCase:
 
 def decode_attention_case(shape, dtype, device) -> OpCase:
     lens = shape.get("lens") or [shape["context_len"]] * shape["batch"]
-    d = decode_batch(lens, q_heads=shape["q_heads"], kv_heads=shape["kv_heads"], head_dim=shape["head_dim"],
+    head_dim = shape["head_dim"]
+    v_dim = shape.get("v_head_dim", head_dim)
+    d = decode_batch(lens, q_heads=shape["q_heads"], kv_heads=shape["kv_heads"], head_dim=head_dim,
                      dtype=dtype, device=device, page_size=shape.get("page_size", 1))  # fmt: skip
+    if v_dim < head_dim:  # MLA: V is the latent part of K's rows, as SGLang's pool hands it over
+        d.pool.v_buffer = d.pool.k_buffer[..., :v_dim]
+    elif v_dim != head_dim:
+        raise ValueError(f"decode_attention: v_head_dim {v_dim} above head_dim {head_dim} is not a shape it benches")
     args = d.args()
     total = sum(lens)
-    step = (len(lens), shape["q_heads"], shape["kv_heads"], shape["head_dim"], shape["head_dim"], device)
+    step = (len(lens), shape["q_heads"], shape["kv_heads"], head_dim, v_dim, device)
     workspace = decode_workspace(*step)  # once per decode step, as SGLang's backend makes it
 
     def run(config):
@@ -72,7 +78,8 @@ def decode_attention_case(shape, dtype, device) -> OpCase:
         reference=lambda: reference.decode_attention(*d.args()),
         # no batch: no constexpr may depend on it (the split policy scales with it at run time)
         dims={"head_dim": shape["head_dim"], "group": shape["q_heads"] // shape["kv_heads"]},
-        bytes_moved=(total * shape["kv_heads"] * 2 * shape["head_dim"] + 2 * d.q.numel()) * _elt(dtype),
+        bytes_moved=(total * shape["kv_heads"] * (head_dim if v_dim < head_dim else 2 * head_dim)
+                     + d.q.numel() + len(lens) * shape["q_heads"] * v_dim) * _elt(dtype),
         flops=4 * total * shape["q_heads"] * shape["head_dim"],
         args=args,
         time_reference=total <= TORCH_REFERENCE_MAX_TOKENS,
@@ -142,7 +149,10 @@ def store_kv_shapes(preset, quick):
 
 
 def decode_shapes(preset, quick):
-    return [{"batch": b, "context_len": c, **_heads(preset, quick)}
+    # v_head_dim: MLA's is smaller than head_dim (V the latent part of K's rows),
+    # ``kunlun-triton inspect --shape head_dim=576 --shape v_head_dim=512``
+    v_dim = {} if quick else {"v_head_dim": preset.head_dim}
+    return [{"batch": b, "context_len": c, **_heads(preset, quick), **v_dim}
             for b in ([1, 2] if quick else [1, 8, 32, 64]) for c in ([64, 256] if quick else [1024, 4096, 16384, 32768])]  # fmt: skip
 
 
@@ -231,18 +241,39 @@ def extend_attention_kernels(shape, dtype, config):
     return with_loop_items(specs, {"extend_kernel": "BLOCK_N"})
 
 
-def decode_attention_traffic(shape, dtype) -> int:
-    """Bytes one call moves as the active target's config splits it."""
-    from .decode_splits import _plan, split_policy, splits_used
+def decode_split_counts(shape, dtype):
+    """(non-empty splits per request, stage-1 programs per request and split)
+    as the active target's config splits a decode call of `shape`."""
+    from .decode_splits import _plan, head_programs, split_policy, splits_used
 
     lens = shape.get("lens") or [shape["context_len"]] * shape["batch"]
     q_heads, kv_heads, head_dim = shape["q_heads"], shape["kv_heads"], shape["head_dim"]
-    plan = _plan(None, dtype, head_dim, head_dim, q_heads // kv_heads, None)
-    tokens, cap = split_policy(plan, len(lens), kv_heads)
+    v_dim = shape.get("v_head_dim", head_dim)
+    plan = _plan(None, dtype, head_dim, v_dim, q_heads // kv_heads, None)
+    per_split = head_programs(plan, q_heads, kv_heads)
+    tokens, cap = split_policy(plan, len(lens), per_split)
     cap = max(1, min(cap, -(-sum(lens) // tokens)))
-    splits = [splits_used(n, tokens, cap, plan.block_n) for n in lens]
-    return decode_traffic(lens, q_heads, kv_heads, head_dim, head_dim, _elt(dtype), splits,
-                          _elt(_pool_dtype(shape, dtype)))  # fmt: skip
+    return [splits_used(n, tokens, cap, plan.block_n) for n in lens], per_split
+
+
+def decode_attention_traffic(shape, dtype) -> int:
+    """Bytes one call moves as the active target's config splits it."""
+    from .decode_splits import _plan
+
+    lens = shape.get("lens") or [shape["context_len"]] * shape["batch"]
+    q_heads, kv_heads, head_dim = shape["q_heads"], shape["kv_heads"], shape["head_dim"]
+    v_dim = shape.get("v_head_dim", head_dim)
+    splits, _ = decode_split_counts(shape, dtype)
+    plan = _plan(None, dtype, head_dim, v_dim, q_heads // kv_heads, None)
+    v_in_k = v_dim < head_dim and plan.block_d == plan.block_dv == v_dim  # decode_attention's V_IN_K
+    return decode_traffic(lens, q_heads, kv_heads, head_dim, v_dim, _elt(dtype), splits,
+                          _elt(_pool_dtype(shape, dtype)), v_in_k=v_in_k)  # fmt: skip
+
+
+def decode_attention_programs(shape, dtype) -> int:
+    """Stage-1 programs of one call that have keys to fold (the grid's others exit at once)."""
+    splits, per_split = decode_split_counts(shape, dtype)
+    return per_split * sum(splits)
 
 
 # ---- tune: lookup dims are store_kv (row_width, tokens), decode and extend
@@ -265,10 +296,10 @@ def store_kv_candidates(quick):
 
 def decode_candidates(quick):
     if quick:
-        return _with_formulations([{"BLOCK_N": 16, "TARGET_PROGRAMS": 4, "MAX_KV_SPLITS": 1},
-                                   {"BLOCK_N": 32, "TARGET_PROGRAMS": 8, "MAX_KV_SPLITS": 2, "MIN_SPLIT_TOKENS": 32}])  # fmt: skip
-    splits = ({"TARGET_PROGRAMS": 64, "MAX_KV_SPLITS": 16}, {"TARGET_PROGRAMS": 256, "MAX_KV_SPLITS": 16},
-              {"TARGET_PROGRAMS": 1024, "MAX_KV_SPLITS": 64})  # fmt: skip
+        return _with_formulations([{"BLOCK_N": 16, "PROGRAMS_PER_UNIT": 1, "MAX_KV_SPLITS": 1},
+                                   {"BLOCK_N": 32, "PROGRAMS_PER_UNIT": 2, "MAX_KV_SPLITS": 2, "MIN_SPLIT_TOKENS": 32}])  # fmt: skip
+    splits = ({"PROGRAMS_PER_UNIT": 2, "MAX_KV_SPLITS": 8}, {"PROGRAMS_PER_UNIT": 8, "MAX_KV_SPLITS": 8},
+              {"PROGRAMS_PER_UNIT": 8, "MAX_KV_SPLITS": 32})  # fmt: skip
     return _with_formulations([{"BLOCK_N": n, **s} for n in (16, 32, 64) for s in splits])
 
 
@@ -331,9 +362,9 @@ SPECS = [
            (({"lens": [37, 1, 100], "q_heads": 8, "kv_heads": 2, "head_dim": 128, "page_size": 16}, torch.float16),),
            decode_shapes, bench_dtype=torch.float16, tune_candidates=decode_candidates,
            tune_shapes=decode_tune_shapes, tolerance_scale=2, x_axis="context_len", kernels=decode_attention_kernels,
-           traffic=decode_attention_traffic,
+           traffic=decode_attention_traffic, programs=decode_attention_programs,
            config_keys={"formulation": FORMULATION, "BLOCK_N": TILE, "MAX_KV_SPLITS": COUNT,
-                        "TARGET_PROGRAMS": COUNT, "MIN_SPLIT_TOKENS": COUNT,
+                        "PROGRAMS_PER_UNIT": COUNT, "MIN_SPLIT_TOKENS": COUNT, "MAX_BLOCK_H": TILE,
                         "DIRECT_SINGLE_SPLIT": FLAG},
            function=decode_attention, lookup_dims=("head_dim", "group"), generation_shapes=decode_generation_shapes),
     OpSpec("extend_attention", "attention", extend_attention_case,

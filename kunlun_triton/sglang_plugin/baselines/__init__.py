@@ -38,6 +38,14 @@ def traffic_baselines() -> dict:
     return {"decode_attention": decode_inspect_traffic}
 
 
+def programs_baselines() -> dict:
+    """``{op: fn(shape, dtype) -> programs}``: stage-1 programs with work in
+    one call of SGLang's kernels, as its backend splits on an H200."""
+    from .attention import decode_inspect_programs
+
+    return {"decode_attention": decode_inspect_programs}
+
+
 def launcher_baselines() -> dict:
     """``{op: fn(shape, dtype, device) -> call}``: SGLang's launcher for the
     op on real tensors of `shape`, its scratch allocated once as its backend

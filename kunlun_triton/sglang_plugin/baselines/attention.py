@@ -18,24 +18,62 @@ from sglang.kernels.ops.attention.extend_attention import extend_attention_fwd
 SGLANG_DEFAULT_KV_SPLITS = 8
 H200_SMS = 132  # device_core_count SGLang's backend reads on an H100/H200 (sm_90)
 SGLANG_MIN_BLOCK_KV = 32  # _MIN_BLOCK_KV in sglang/kernels/ops/attention/decode_attention.py
+# SGLang's backend caps an MLA model's splits by its context length
+# (`_mla_decode_kv_splits_cap`): DeepSeek-V3's, what the MLA rows are planned at.
+MLA_CONTEXT_LEN = 163840
+
+
+def is_mla(k_buffer, v_buffer) -> bool:
+    """SGLang's MLA pool: V is the latent part of K's rows (its backend then passes has_mla)."""
+    return v_buffer.shape[-1] < k_buffer.shape[-1] and v_buffer.data_ptr() == k_buffer.data_ptr()
+
+
+def mla_kv_splits_cap(base: int, sm_count: int, max_context_len: int) -> int:
+    """`_mla_decode_kv_splits_cap` of SGLang's Triton backend, mirrored on the
+    host (the module imports the whole server): an MLA model's max splits."""
+    if sm_count <= 0:
+        return base
+    pow2 = lambda n: 1 << max(int(n) - 1, 0).bit_length()  # noqa: E731
+    return max(base, min(pow2(sm_count), pow2(-(-max_context_len // SGLANG_MIN_BLOCK_KV))))
+
+
+def backend_launch(mla: bool, target=None) -> dict:
+    """How SGLang's Triton backend launches decode on `target` (default: the
+    active one): ``max_kv_splits`` (8, an MLA model's cap for the target's
+    SMs), ``use_pdl`` (sm_90 and newer: `is_arch_support_pdl`), ``has_mla``."""
+    from kunlun_triton.runtime import compute_units, current_target
+
+    target = target or current_target()
+    sms = compute_units(target) if target.name in ("cuda", "hip") else H200_SMS
+    splits = mla_kv_splits_cap(SGLANG_DEFAULT_KV_SPLITS, sms, MLA_CONTEXT_LEN) if mla else SGLANG_DEFAULT_KV_SPLITS
+    if mla and target.name == "hip" and target.arch == "gfx942":
+        splits = min(splits, 256)  # its gfx942 pin
+    pdl = target.name == "cuda" and target.arch.startswith("sm_") and int(target.arch[3:5]) >= 90
+    return {"max_kv_splits": splits, "use_pdl": pdl, "has_mla": mla, "sms": sms}
 
 
 def sglang_decode(q, k_buffer, v_buffer, o, kv_indptr, kv_indices, sm_scale, logit_cap=0.0,
-                  max_kv_splits: int = SGLANG_DEFAULT_KV_SPLITS):
-    """A no-argument callable running SGLang's decode_attention_fwd into `o`,
-    with the per-request split counts its Triton backend computes once per
-    step (`sglang_num_kv_splits`, for this device's SM count)."""
+                  max_kv_splits: int | None = None):
+    """A no-argument callable running SGLang's decode_attention_fwd into `o`
+    as its Triton backend launches it on the active target
+    (`backend_launch`: int64 kv_indices, PDL on sm_90, has_mla and the MLA
+    split cap for an MLA pool), with the per-request split counts it
+    computes once per step (`sglang_num_kv_splits`, for this device's SMs)."""
     batch, heads = q.shape[0], q.shape[1]
+    launch = backend_launch(is_mla(k_buffer, v_buffer))
+    max_kv_splits = max_kv_splits or launch["max_kv_splits"]
     logits = torch.empty(batch, heads, max_kv_splits, v_buffer.shape[-1], dtype=torch.float32, device=q.device)
     lse = torch.empty(batch, heads, max_kv_splits, dtype=torch.float32, device=q.device)
     lens = (kv_indptr[1:] - kv_indptr[:-1]).tolist()  # set-up, not timed: SGLang's scheduler has them
-    cores = torch.cuda.get_device_properties(q.device).multi_processor_count if q.is_cuda else H200_SMS
+    cores = torch.cuda.get_device_properties(q.device).multi_processor_count if q.is_cuda else launch["sms"]
     counts = sglang_num_kv_splits(lens, heads, k_buffer.shape[1], max_kv_splits, cores) if lens else []
     splits = torch.tensor(counts, dtype=torch.int32, device=q.device).reshape(batch)
+    kv_indices = kv_indices.to(torch.int64)  # its backend's dtype (set-up, not timed)
+    pdl = launch["use_pdl"]  # the target's (a stubbed launch on CPU tensors binds it as on the card)
 
     def run():
         decode_attention_fwd(q, k_buffer, v_buffer, o, kv_indptr, kv_indices, logits, lse, splits, max_kv_splits,
-                             sm_scale, 1.0, 1.0, logit_cap=logit_cap)
+                             sm_scale, 1.0, 1.0, logit_cap=logit_cap, has_mla=launch["has_mla"], use_pdl=pdl)
         return o
 
     return run
@@ -117,10 +155,11 @@ def _meta(*shape, dtype):
     return torch.empty(shape, dtype=dtype, device="meta")
 
 
-def decode_inspect_specs(shape, dtype, max_kv_splits: int = SGLANG_DEFAULT_KV_SPLITS):
+def decode_inspect_specs(shape, dtype, max_kv_splits: int | None = None):
     """SGLang's decode kernels (grouped stage 1 or MHA stage 1, stage 2) for a
     `decode_attention` shape, launched as its Triton backend launches them
-    (``--triton-attention-num-kv-splits`` = `max_kv_splits`)."""
+    on the active target (`backend_launch`: int64 kv_indices, PDL on sm_90,
+    has_mla with the MLA split cap for an MLA shape)."""
     lens = shape.get("lens") or [shape["context_len"]] * shape["batch"]
     batch, total = len(lens), sum(lens)
     q_heads, kv_heads, head_dim = shape["q_heads"], shape["kv_heads"], shape["head_dim"]
@@ -129,12 +168,15 @@ def decode_inspect_specs(shape, dtype, max_kv_splits: int = SGLANG_DEFAULT_KV_SP
     slots = total + shape.get("page_size", 1)
     k_buffer = _meta(slots, kv_heads, head_dim, dtype=dtype)
     v_buffer = k_buffer[..., :v_dim] if v_dim < head_dim else _meta(slots, kv_heads, v_dim, dtype=dtype)
-    indptr, indices = _meta(batch + 1, dtype=torch.int32), _meta(total, dtype=torch.int32)
+    launch = backend_launch(v_dim < head_dim)
+    max_kv_splits = max_kv_splits or launch["max_kv_splits"]
+    indptr, indices = _meta(batch + 1, dtype=torch.int32), _meta(total, dtype=torch.int64)
     logits = _meta(batch, q_heads, max_kv_splits, v_dim, dtype=torch.float32)
     lse = _meta(batch, q_heads, max_kv_splits, dtype=torch.float32)
     splits = _meta(batch, dtype=torch.int32)
     return _as_on_target(lambda: decode_attention_fwd(q, k_buffer, v_buffer, o, indptr, indices, logits, lse, splits,
-                                                      max_kv_splits, head_dim**-0.5, 1.0, 1.0))  # fmt: skip
+                                                      max_kv_splits, head_dim**-0.5, 1.0, 1.0,
+                                                      has_mla=launch["has_mla"], use_pdl=launch["use_pdl"]))  # fmt: skip
 
 
 def extend_inspect_specs(shape, dtype):
@@ -182,6 +224,33 @@ def sglang_num_kv_splits(lens, num_head: int, num_kv_head: int, max_kv_splits: i
     return [max(cdiv(n, chunk_1), cdiv(n, chunk_2)) for n in lens]
 
 
+def _mla_shape(shape) -> bool:
+    return shape.get("v_head_dim", shape["head_dim"]) < shape["head_dim"]
+
+
+def _sglang_used_splits(shape) -> list[int]:
+    """Non-empty splits per request of SGLang's decode on `shape` (its stage 1
+    skips empty splits; MIN_BLOCK_KV = 32 rounds a split's length)."""
+    lens = shape.get("lens") or [shape["context_len"]] * shape["batch"]
+    launch = backend_launch(_mla_shape(shape))
+    used = []
+    for n, splits in zip(lens, sglang_num_kv_splits(lens, shape["q_heads"], shape["kv_heads"],
+                                                    launch["max_kv_splits"], launch["sms"])):  # fmt: skip
+        per_split = -(-(-(-n // splits)) // SGLANG_MIN_BLOCK_KV) * SGLANG_MIN_BLOCK_KV  # cdiv(cdiv(n, s), 32) * 32
+        used.append(-(-n // per_split) if n else 0)
+    return used
+
+
+def decode_inspect_programs(shape, dtype) -> int:
+    """Stage-1 programs of one SGLang decode call that have keys to fold: its
+    grouped kernel's grid is (batch, cdiv(heads, min(16, group)), splits), the
+    MHA kernel's (batch, heads, splits)."""
+    heads, kv_heads = shape["q_heads"], shape["kv_heads"]
+    group = heads // kv_heads
+    per_split = heads if group == 1 else -(-heads // min(16, group))
+    return per_split * sum(_sglang_used_splits(shape))
+
+
 def decode_inspect_traffic(shape, dtype) -> int:
     """Bytes one SGLang decode call moves (its stage 1 skips empty splits;
     MIN_BLOCK_KV = 32 rounds a split's length)."""
@@ -189,12 +258,11 @@ def decode_inspect_traffic(shape, dtype) -> int:
 
     lens = shape.get("lens") or [shape["context_len"]] * shape["batch"]
     q_heads, kv_heads, head_dim = shape["q_heads"], shape["kv_heads"], shape["head_dim"]
-    used = []
-    for n, splits in zip(lens, sglang_num_kv_splits(lens, q_heads, kv_heads)):
-        per_split = -(-(-(-n // splits)) // SGLANG_MIN_BLOCK_KV) * SGLANG_MIN_BLOCK_KV  # cdiv(cdiv(n, s), 32) * 32
-        used.append(-(-n // per_split) if n else 0)
+    used = _sglang_used_splits(shape)
     elt = torch.empty((), dtype=dtype).element_size()
-    return decode_traffic(lens, q_heads, kv_heads, head_dim, head_dim, elt, used)
+    v_dim = shape.get("v_head_dim", head_dim)  # MLA: has_mla takes V from the loaded K tile
+    return decode_traffic(lens, q_heads, kv_heads, head_dim, v_dim, elt, used, v_in_k=_mla_shape(shape),
+                          index_elt=8)  # its int64 kv_indices  # fmt: skip
 
 
 def decode_launcher_call(shape, dtype, device):

@@ -130,11 +130,64 @@ def fused_experts_kernel_baselines(shape: dict, dtype: torch.dtype, config: dict
     }  # fmt: skip
 
 
+# The device SGLang's config files name for an inspect target (its
+# ``get_device_name()`` on that card, spaces as underscores in the file name).
+DEVICE_NAMES = {"sm_90": "NVIDIA H200", "sm_80": "NVIDIA A100-SXM4-80GB", "gfx942": "AMD Instinct MI300X"}
+
+
+def sglang_moe_configs(shape: dict, target=None) -> tuple[dict, dict]:
+    """(W13 config, W2 config) SGLang's fused-MoE runner picks for `shape`
+    on `target`'s device (default: the active target): its shipped tuned file
+    for (E, N = intermediate size, device), the entry nearest the token
+    count, as `try_get_optimal_moe_config` does (W2 from the ``_down`` file,
+    else W13's), else its default config. Its own lookup code, with the
+    device name and its runtime config namespace stood in."""
+    from types import SimpleNamespace
+    from unittest import mock
+
+    import sglang.srt.layers.moe.moe_runner.triton_utils.fused_moe_triton_config as moe_config
+    from kunlun_triton.runtime import current_target
+
+    target = target or current_target()
+    tokens, experts, inter = shape["tokens"], shape["num_experts"], shape["intermediate_size"]
+    not_deterministic = SimpleNamespace(deterministic=SimpleNamespace(enable_deterministic_inference=False))
+    name = DEVICE_NAMES.get(target.arch, DEVICE_NAMES["sm_90"])
+    with mock.patch.object(moe_config, "get_device_name", lambda *a, **k: name), \
+            mock.patch.object(moe_config, "get_exec", lambda: not_deterministic):  # fmt: skip
+        lookup = moe_config.get_moe_configs.__wrapped__  # uncached: the device name is ours
+        up_table, down_table = lookup(experts, inter, None), lookup(experts, inter, None, down_moe=True)
+        nearest = lambda table: dict(table[min(table, key=lambda m: abs(m - tokens))]) if table else None  # noqa: E731
+        up = nearest(up_table) or moe_config.get_default_config(tokens, experts, inter, shape["hidden_size"],
+                                                                 shape["top_k"], None, False, None)  # fmt: skip
+    down = nearest(down_table) or dict(up)
+    down["BLOCK_SIZE_M"] = up["BLOCK_SIZE_M"]  # one alignment sort serves both (its runner's rule)
+    return up, down
+
+
 def fused_experts_inspect_specs(shape: dict, dtype: torch.dtype) -> list[KernelSpec]:
-    """`inspect --compare sglang`: SGLang's W13 and W2 ``fused_moe_kernel`` at
-    our kernels' tiles and launch options on the active target (its alignment
-    is a CUDA JIT kernel and its K-sum torch: nothing to compile)."""
-    return list(fused_experts_kernel_baselines(shape, dtype).values())
+    """`inspect --compare sglang`: SGLang's W13 and W2 ``fused_moe_kernel`` as
+    its runner launches them on the active target's device: tiles, group and
+    num_warps / num_stages from its shipped tuned config file
+    (`sglang_moe_configs`; its alignment is a CUDA JIT kernel and its K-sum
+    torch: nothing to compile)."""
+    tokens, experts, top_k = shape["tokens"], shape["num_experts"], shape["top_k"]
+    hidden, inter = shape["hidden_size"], shape["intermediate_size"]
+    up, down = sglang_moe_configs(shape)
+    em = lambda block_m: tokens * top_k + experts * (block_m - 1)  # noqa: E731  (moe_align_block_size's padding)
+    up_ints = {"N": 2 * inter, "K": hidden, "EM": em(up["BLOCK_SIZE_M"]), "num_valid_tokens": tokens * top_k,
+               "stride_am": hidden, "stride_be": 2 * inter * hidden, "stride_bn": hidden, "stride_cm": 2 * inter}
+    down_ints = {"N": hidden, "K": inter, "EM": em(down["BLOCK_SIZE_M"]), "num_valid_tokens": tokens * top_k,
+                 "stride_am": inter, "stride_be": hidden * inter, "stride_bn": inter, "stride_cm": hidden}
+    options = lambda c: {k: c[k] for k in ("num_warps", "num_stages") if k in c}  # noqa: E731
+    return [
+        fused_moe_kernel_spec(dtype, block_m=up["BLOCK_SIZE_M"], block_n=up["BLOCK_SIZE_N"], block_k=up["BLOCK_SIZE_K"],
+                              top_k=top_k, mul_routed_weight=False, even_k=hidden % up["BLOCK_SIZE_K"] == 0,
+                              group_size_m=up.get("GROUP_SIZE_M", 1), ints=up_ints, options=options(up)),
+        fused_moe_kernel_spec(dtype, block_m=down["BLOCK_SIZE_M"], block_n=down["BLOCK_SIZE_N"],
+                              block_k=down["BLOCK_SIZE_K"], top_k=1, mul_routed_weight=True,
+                              even_k=inter % down["BLOCK_SIZE_K"] == 0, group_size_m=down.get("GROUP_SIZE_M", 1),
+                              ints=down_ints, options=options(down)),
+    ]  # fmt: skip
 
 
 def int8_scaled_mm_inspect_specs(shape: dict, dtype: torch.dtype) -> list[KernelSpec]:
