@@ -73,31 +73,13 @@ def hf_smollm2(smollm2):
     return HFOracle(smollm2)
 
 
-class Engines:
-    """One sglang.Engine alive at a time (a start is a minute or more on 2 cores)."""
-
-    def __init__(self):
-        self.key, self.engine = None, None
-
-    def get(self, path, **kwargs):
-        from kunlun_triton.sglang_plugin.regress import start_engine
-
-        key = (str(path), tuple(sorted(kwargs.items())))
-        if key != self.key:
-            self.close()
-            self.engine = start_engine(str(path), **{"dtype": "float32", **kwargs})
-            self.key = key
-        return self.engine
-
-    def close(self):
-        if self.engine is not None:
-            engine, self.engine, self.key = self.engine, None, None
-            engine.shutdown()
-
-
 @pytest.fixture(scope="session")
 def engines():
     os.environ.setdefault("SGLANG_CUDA_COREDUMP_BEFORE_CRASH_WAIT_SECS", "0")
-    cache = Engines()
+    from kt_engines import EngineCache
+
+    from kunlun_triton.sglang_plugin.regress import start_engine
+
+    cache = EngineCache(start_engine, dtype="float32")
     yield cache
     cache.close()

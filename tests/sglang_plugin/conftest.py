@@ -43,39 +43,13 @@ def tiny_model(model_root):
     return lambda arch: _build(model_root, arch)
 
 
-class EngineCache:
-    """One ``sglang.Engine`` alive at a time, shared by the modules that ask for
-    the same model and options (an engine start is a minute or more on 2
-    cores): asking for another one shuts the previous one down first."""
-
-    def __init__(self):
-        self.key, self.engine = None, None
-
-    def get(self, path, **kwargs):
-        from kt_sglang_support import start_engine
-
-        key = (str(path), tuple(sorted(kwargs.items())))
-        if key != self.key:
-            self.close()
-            tp_size = kwargs.get("tp_size", 1)
-            if tp_size > 1:
-                # The ranks share the 2 CPU cores of a small machine; bind each to core 0.
-                os.environ["SGLANG_CPU_OMP_THREADS_BIND"] = "|".join(["0"] * tp_size)
-            else:
-                os.environ.pop("SGLANG_CPU_OMP_THREADS_BIND", None)
-            self.engine = start_engine(path, **kwargs)
-            self.key = key
-        return self.engine
-
-    def close(self):
-        if self.engine is not None:
-            engine, self.engine, self.key = self.engine, None, None
-            engine.shutdown()
-
-
 @pytest.fixture(scope="session")
 def engines():
-    cache = EngineCache()
+    """One engine at a time, cached per (model, options): kt_engines.EngineCache."""
+    from kt_engines import EngineCache
+    from kt_sglang_support import ENGINE_DEFAULTS, start_sglang_engine
+
+    cache = EngineCache(start_sglang_engine, **ENGINE_DEFAULTS)
     yield cache
     cache.close()
 

@@ -13,12 +13,19 @@ ENGINE_DEFAULTS = dict(
 )
 
 
-def start_engine(model_path, **kwargs):
-    """An ``sglang.Engine`` on the kunlun platform (development mode here)."""
+def start_sglang_engine(model_path, **kwargs):
     os.environ["SGLANG_PLATFORM"] = "kunlun"
     import sglang
 
-    return sglang.Engine(model_path=model_path, **{**ENGINE_DEFAULTS, **kwargs})
+    return sglang.Engine(model_path=model_path, **kwargs)
+
+
+def start_engine(model_path, **kwargs):
+    """An ``sglang.Engine`` on the kunlun platform (development mode here), the
+    only one alive in this process (kt_engines: the previous one is shut down)."""
+    import kt_engines
+
+    return kt_engines.start(start_sglang_engine, model_path, **{**ENGINE_DEFAULTS, **kwargs})
 
 
 def output_ids(out):

@@ -18,9 +18,9 @@ def main(model_path: str) -> None:
     os.environ.setdefault("SGLANG_PLATFORM", "kunlun")
     import sglang
 
-    from kt_sglang_support import start_engine
+    from kt_sglang_support import ENGINE_DEFAULTS, start_sglang_engine
 
-    engine = start_engine(model_path, page_size=4, log_level="warning")
+    engine = start_sglang_engine(model_path, **{**ENGINE_DEFAULTS, "page_size": 4, "log_level": "warning"})
     try:
         prompts = [[1, 15, 27, 3, 99], [1, 7, 7, 42]]
         params = {"max_new_tokens": 6, "temperature": 0.0, "ignore_eos": True}
