@@ -27,6 +27,14 @@ def smollm2():
     return str(fetch("smollm2", "fp32", progress=False))
 
 
+@pytest.fixture(scope="session")
+def smollm2_bf16():
+    """The bf16 SmolLM2 checkpoint's path (converted from the same cached GGUF, no download)."""
+    from kunlun_triton.tools.models import fetch
+
+    return str(fetch("smollm2", "bf16", progress=False))
+
+
 class HFOracle:
     """HF transformers, eager float32: greedy ids and per-step log-softmax."""
 
