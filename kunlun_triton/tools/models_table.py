@@ -1,20 +1,33 @@
-"""The supported-models table (docs/models.md, linked from the README), rendered from the end-to-end matrix's results.
+"""The supported-models table (docs/models.md, linked from the README), rendered from the end-to-end tests' results.
 
 ``tests/sglang_plugin/test_sglang_engine_matrix.py`` serves a tiny checkpoint
 of each architecture on the kunlun platform and records, per architecture,
 what it was compared with, which of our ops ran (the scheduler's dispatch
 report) and which options the platform refused at start-up (the errors it
-raised). Each row of the README table is `render_row` of such a result:
-the test checks its row, and with ``KUNLUN_TRITON_UPDATE_README=1`` writes
-it instead. Nothing in the table is typed by hand.
+raised). The quantized serving tests record their rows the same way, on the
+engines they start anyway (`QUANTIZED`). Each row of the table is
+`render_row` of such a result: the test checks its row, and with
+``KUNLUN_TRITON_UPDATE_README=1`` writes it instead, leaving the other rows
+as they are (so one test file regenerates its rows alone). Nothing in the
+table is typed by hand.
 """
 
 from __future__ import annotations
 
 import re
 
-BEGIN = "<!-- supported-models:begin (generated: KUNLUN_TRITON_UPDATE_README=1 pytest tests/sglang_plugin/test_sglang_engine_matrix.py) -->"  # noqa: E501
+_BEGIN_PREFIX = "<!-- supported-models:begin"
+BEGIN = (_BEGIN_PREFIX + " (generated: KUNLUN_TRITON_UPDATE_README=1 pytest "
+         "tests/sglang_plugin/test_sglang_engine_matrix.py tests/sglang_plugin/test_sglang_w8a8_int8.py "
+         "tests/sglang_plugin/test_sglang_fp8_kv.py) -->")  # fmt: skip
 END = "<!-- supported-models:end -->"
+# The rows after the matrix's (first cell -> the test that writes it): quantized serving on the
+# engines those tests start for their own checks (no engine start of their own).
+QUANTIZED = {
+    "LlamaForCausalLM, W8A8-INT8": "tests/sglang_plugin/test_sglang_w8a8_int8.py",
+    "Qwen3MoeForCausalLM, W8A8-INT8": "tests/sglang_plugin/test_sglang_w8a8_int8.py",
+    "LlamaForCausalLM, KV cache fp8_e4m3": "tests/sglang_plugin/test_sglang_fp8_kv.py",
+}
 HEADER = (
     "| Architecture | Served end to end | Greedy tokens equal to | Our ops that ran | Refused at start-up |\n"
     "|---|---|---|---|---|"
@@ -35,25 +48,28 @@ def render_notes() -> str:
     lines = ["Refused options fail at start-up (before a request is served) with an error naming the model, "
              "the feature and what to do:", ""]  # fmt: skip
     lines += [f"- {entry.key}: {entry.advice}." for entry in UNSUPPORTED]
-    lines.append("- expert parallelism / MoE runners other than triton / quantized experts (MoE models): "
-                 "use --tp-size, --moe-runner-backend auto, the unquantized checkpoint.")  # fmt: skip
+    lines.append("- expert parallelism / MoE runners other than triton / quantized experts other than W8A8-INT8 "
+                 "(MoE models): use --tp-size, --moe-runner-backend auto, the unquantized or a w8a8_int8 "
+                 "checkpoint.")  # fmt: skip
     return "\n".join(lines)
 
 
-def _section(text: str) -> tuple[int, int]:
-    start, end = text.find(BEGIN), text.find(END)
-    if start < 0 or end < start:
+def _section(text: str) -> tuple[int, int, int]:
+    """(where the BEGIN marker starts, where the table starts, where END starts)."""
+    marker, end = text.find(_BEGIN_PREFIX), text.find(END)
+    start = text.find("-->", marker) + len("-->") if marker >= 0 else -1
+    if marker < 0 or start < len("-->") or end < start:
         raise ValueError("docs/models.md has no supported-models section (its BEGIN / END markers)")
-    return start + len(BEGIN), end
+    return marker, start, end
 
 
 def table_rows(text: str) -> dict[str, str]:
-    """{architecture: row} of the README's table."""
-    start, end = _section(text)
+    """{first cell (the architecture, and the quantization for a quantized row): row} of the table."""
+    _, start, end = _section(text)
     rows = {}
     for line in text[start:end].splitlines():
-        m = re.match(r"\| ([A-Za-z0-9_]+) \|", line)
-        if m and m.group(1) != "Architecture":
+        m = re.match(r"\| ([^|]+?) \|", line)
+        if m and m.group(1) != "Architecture" and not line.startswith("|---"):
             rows[m.group(1)] = line
     return rows
 
@@ -64,13 +80,20 @@ def render_section(rows: dict[str, str], order: list[str]) -> str:
 
 
 def with_row(text: str, architecture: str, row: str, order: list[str]) -> str:
-    """`text` (the README) with `architecture`'s row replaced (or added), rows in `order`."""
-    start, end = _section(text)
+    """`text` (docs/models.md) with `architecture`'s row replaced (or added), the other rows kept,
+    rows in `order`, the BEGIN marker naming every test that writes the table."""
+    marker, start, end = _section(text)
     rows = {**table_rows(text), architecture: row}
-    return text[:start] + render_section(rows, order) + text[end:]
+    return text[:marker] + BEGIN + render_section(rows, order) + text[end:]
+
+
+def row_order(text: str, architecture: str) -> list[str]:
+    """The table's rows in order with `architecture` added: the matrix's rows, then `QUANTIZED`'s."""
+    keys = list(dict.fromkeys([*table_rows(text), architecture]))
+    return [k for k in keys if k not in QUANTIZED] + [k for k in QUANTIZED if k in keys]
 
 
 def notes_in(text: str) -> str:
-    start, end = _section(text)
+    _, start, end = _section(text)
     section = text[start:end]
     return section[section.index("Refused options"):].rstrip("\n") if "Refused options" in section else ""

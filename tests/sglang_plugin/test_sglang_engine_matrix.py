@@ -27,18 +27,14 @@ MoE rows run on two ranks (each holding half of every expert's width);
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
-from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
+from kt_models_table import README, check_or_write_row, kernels_since, op_calls, refusals
 from kt_sglang_support import output_ids
 
 from kunlun_triton.tools import models_table
 
-README = Path(__file__).resolve().parents[2] / "docs" / "models.md"  # the supported-models table (README links it)
-UPDATE = os.environ.get("KUNLUN_TRITON_UPDATE_README") == "1"
 CHUNK = 16  # chunked prefill smaller than the long prompt below
 NEW = 4  # few decode steps: the interpreter makes each one slow
 
@@ -86,31 +82,6 @@ def _prompts(hf):
     return prefix, [prefix + hf.encode(" the same tokens."), prefix + hf.encode(" a kernel"), long]
 
 
-def _refusals(path, moe: bool) -> list[str]:
-    """The options the platform refuses for this model, by calling its start-up
-    checks as ``apply_server_args_defaults`` does (each must raise)."""
-    from kunlun_triton.sglang_plugin import moe as moe_support
-    from kunlun_triton.sglang_plugin.support import UNSUPPORTED, UnsupportedFeature, check_support, model_config
-
-    base = dict(model_path=path, speculative_algorithm=None, kv_cache_dtype="auto")
-    tries = [("other speculative algorithms", {"speculative_algorithm": "DFLASH"}),
-             ("quantized KV cache other than fp8", {"kv_cache_dtype": "mxfp8"})]  # fmt: skip
-    assert {key for key, _ in tries} <= {entry.key for entry in UNSUPPORTED}
-    arch = model_config(path)["architectures"][0]
-    refused = []
-    for key, change in tries:
-        with pytest.raises(UnsupportedFeature) as err:
-            check_support(SimpleNamespace(**{**base, **change}), ours=True)
-        assert arch in str(err.value) and "kunlun_triton attention backend" in str(err.value)
-        refused.append(key)
-    check_support(SimpleNamespace(**base), ours=True)  # the plain options pass
-    if moe:
-        with pytest.raises(moe_support.UnsupportedMoE, match="Use --tp-size"):
-            moe_support.check_server_args(SimpleNamespace(ep_size=2, moe_a2a_backend="none", moe_runner_backend="auto"))
-        refused.append("expert parallelism")
-    return refused
-
-
 @pytest.mark.parametrize("row", ROWS, ids=[r.arch for r in ROWS])
 def test_serves_equal_to_its_oracle_and_readme_row_matches(row, tiny_model, engines):
     from conftest import HFOracle
@@ -130,7 +101,7 @@ def test_serves_equal_to_its_oracle_and_readme_row_matches(row, tiny_model, engi
     engine = engines.get(path, **engine_options(row))
     # The Llama and Qwen2 engines are shared with other test files: the row lists
     # only the ops this test's requests ran, whatever ran on the engine before.
-    calls_before = {name: sum(e["calls"].values()) for name, e in engine_dispatch_report(engine)[0]["ops"].items()}
+    calls_before = op_calls(engine_dispatch_report(engine)[0]["ops"])
     first = engine.generate(input_ids=prompts, sampling_params=_greedy())
     assert [output_ids(o) for o in first] == expected
     again = engine.generate(input_ids=prompts[:2], sampling_params=_greedy())  # radix-cache hits
@@ -154,31 +125,19 @@ def test_serves_equal_to_its_oracle_and_readme_row_matches(row, tiny_model, engi
         moe_layers = 1 if row.arch == "deepseek_v2" else 2  # DeepSeek: first layer dense
         assert ops["moe_topk"]["calls"]["triton"] == ops["fused_experts"]["calls"]["triton"] >= 2 * moe_layers
 
-    kernels = sorted(n for n, e in ops.items()
-                     if e["impl"] == "triton" and sum(e["calls"].values()) > calls_before.get(n, 0))  # fmt: skip
     served = f"2 layers, TP {row.tp_size}, radix cache + chunked prefill"
+    kernels = kernels_since(ops, calls_before)
     result = {"architecture": architecture, "served": served, "oracle": row.oracle, "ops": kernels,
-              "refused": _refusals(path, moe="moe_topk" in row.ops)}  # fmt: skip
-    _check_or_write_readme_row(result)
+              "refused": refusals(path, moe="moe_topk" in row.ops)}  # fmt: skip
+    check_or_write_row(result)
 
 
-def _check_or_write_readme_row(result):
-    row = models_table.render_row(result)
+def test_readme_table_lists_exactly_the_matrix_the_quantized_rows_and_the_refusal_notes():
+    """The matrix's rows, then the quantized serving tests' (`models_table.QUANTIZED`), in that order."""
     text = README.read_text()
-    order = list(dict.fromkeys([*models_table.table_rows(text), result["architecture"]]))
-    if UPDATE:
-        README.write_text(models_table.with_row(text, result["architecture"], row, order))
-        return
-    assert models_table.table_rows(text).get(result["architecture"]) == row, (
-        f"README's supported-models row for {result['architecture']} is not what this run found; "
-        f"rerun with KUNLUN_TRITON_UPDATE_README=1 to write:\n{row}"
-    )
-
-
-def test_readme_table_lists_exactly_the_matrix_and_its_refusal_notes():
-    text = README.read_text()
-    rows = models_table.table_rows(text)
-    assert len(rows) == len(ROWS), sorted(rows)
+    rows = list(models_table.table_rows(text))
+    assert len(rows) == len(ROWS) + len(models_table.QUANTIZED), rows
+    assert rows[len(ROWS):] == list(models_table.QUANTIZED), rows
     assert models_table.notes_in(text) == models_table.render_notes()
 
 
