@@ -12,6 +12,9 @@
 - a tiny Qwen3-MoE: its int8 experts ran fused_experts(use_int8_w8a8) on our
   kernels, teacher-forced top-1 agreement with the float model above a floor.
 
+Both engines also record their rows of docs/models.md's supported-models
+table (`kt_models_table`; ``KUNLUN_TRITON_UPDATE_README=1`` writes them).
+
 Short on purpose (two prompts, few tokens): an engine start is minutes on 2 cores.
 """
 
@@ -22,6 +25,7 @@ import os
 import pytest
 import torch
 
+from kt_models_table import check_or_write_row, kernels_since, op_calls, refusals
 from kt_sglang_support import output_ids
 
 SMOLLM2 = os.environ.get("KUNLUN_TRITON_SMOLLM2_BF16", "/work/models/smollm2-135m-instruct-bf16")
@@ -138,6 +142,7 @@ def test_smollm2_w8a8_greedy_equals_our_torch_references(smollm2):
     from kunlun_triton.sglang_plugin.report import engine_dispatch_report
 
     path, prompts, engine = smollm2
+    before = op_calls(engine_dispatch_report(engine)[0]["ops"])
     out = engine.generate(input_ids=prompts, sampling_params={"max_new_tokens": NEW, "temperature": 0.0,
                                                                "ignore_eos": True})  # fmt: skip
     model = hf_w8a8(SMOLLM2, path)
@@ -145,6 +150,11 @@ def test_smollm2_w8a8_greedy_equals_our_torch_references(smollm2):
     ops = engine_dispatch_report(engine)[0]["ops"]
     for name in ("per_token_quant_int8", "int8_scaled_mm"):
         assert set(ops[name]["calls"]) == {"triton"}, (name, ops.get(name))
+    check_or_write_row({
+        "architecture": "LlamaForCausalLM, W8A8-INT8",
+        "served": "SmolLM2-135M-Instruct (30 layers), TP 1, fp16, `--quantization w8a8_int8`",
+        "oracle": "HF transformers, its linear layers on our int8 torch references (the same int8 weights)",
+        "ops": kernels_since(ops, before), "refused": refusals(path, moe=False)})  # fmt: skip
 
 
 def test_tiny_moe_int8_experts_run_our_kernels(tiny_model, tmp_path_factory, engines):
@@ -157,9 +167,16 @@ def test_tiny_moe_int8_experts_run_our_kernels(tiny_model, tmp_path_factory, eng
     hf = HFOracle(src)
     prompts = [hf.encode(t) for t in TEXTS]
     engine = engines.get(path, **ENGINE)
+    before = op_calls(engine_dispatch_report(engine)[0]["ops"])
     top1, mean_abs = agreement(teacher_forced(engine, prompts), hf_teacher_forced(hf.model, prompts))
     print(f"tiny Qwen3-MoE W8A8 vs float: top-1 agreement {top1:.4f}, mean |logprob diff| {mean_abs:.4f}")
     assert top1 >= TINY_MOE_TOP1_FLOOR, (top1, mean_abs)
     ops = engine_dispatch_report(engine)[0]["ops"]
     for name in ("fused_experts", "per_token_quant_int8", "int8_scaled_mm"):
         assert set(ops[name]["calls"]) == {"triton"}, (name, ops.get(name))
+    check_or_write_row({
+        "architecture": "Qwen3MoeForCausalLM, W8A8-INT8",
+        "served": "2 layers, TP 1, fp16, `--quantization w8a8_int8` (experts and linear layers)",
+        "oracle": f"- (not compared greedily: teacher-forced top-1 agreement with HF transformers on the float "
+                  f"model >= {TINY_MOE_TOP1_FLOOR})",
+        "ops": kernels_since(ops, before), "refused": refusals(path, moe=True)})  # fmt: skip
