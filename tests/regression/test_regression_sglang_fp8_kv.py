@@ -13,7 +13,8 @@ token below a ceiling.
 
 No SGLang engine: the file is named *sglang* so it runs in CI's sglang stage,
 which has transformers. Quick form (CI): 64 tokens, three forwards of 30
-layers in the interpreter (about a minute on 2 cores);
+layers in the interpreter and one of HF's own (74 s of CPU; 2 minutes of
+wall time on 2 cores shared with another test run);
 ``KUNLUN_TRITON_REGRESSION=full``: the 256 tokens of the published table.
 """
 
