@@ -18,7 +18,7 @@ README = Path(__file__).resolve().parents[2] / "docs" / "models.md"  # the suppo
 UPDATE = os.environ.get("KUNLUN_TRITON_UPDATE_README") == "1"
 
 
-def refusals(path, moe: bool, architecture: str | None = None) -> list[str]:
+def refusals(path, moe: bool) -> list[str]:
     """The options the platform refuses for this model, by calling its start-up
     checks as ``apply_server_args_defaults`` does (each must raise and name the
     model: its architecture, or `path` where config.json names none)."""
