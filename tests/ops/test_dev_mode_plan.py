@@ -111,3 +111,27 @@ def test_a_decode_layer_is_six_launches_of_one_program(launches):
     assert sum(launches["launches"].values()) == 6, dict(launches["launches"])
     assert launches["programs"] == launches["launches"], dict(launches["programs"])
     assert launches["launches"]["decode_batch_kernel"] == 1
+
+
+def test_small_batches_get_tiles_of_their_rows(monkeypatch):
+    """fused_add_rms_norm's FIT_ROWS (interpreter config): 3 rows run in a
+    4-row tile, not 16 (numpy would work on the padding rows), with the same
+    bits as the 16-row tile (rows are independent)."""
+    import importlib
+
+    norm = importlib.import_module("kunlun_triton.ops.norm.ops")
+    assert norm._cached_plan("fused_add_rms_norm", HIDDEN).rows_per_program == 16
+    seen, real = [], norm._fitted_plan
+
+    def fitted(*args):
+        plan = real(*args)
+        seen.append(plan.rows_per_program)
+        return plan
+
+    monkeypatch.setattr(norm, "_fitted_plan", fitted)
+    gen = torch.Generator().manual_seed(4)
+    x, residual, w = (torch.randn(*s, generator=gen).to(DEVICE) for s in ((3, HIDDEN), (3, HIDDEN), (HIDDEN,)))
+    fitted_out = ops.fused_add_rms_norm(x, residual.clone(), w, 1e-5)
+    assert seen == [4]
+    whole = ops.fused_add_rms_norm(x, residual.clone(), w, 1e-5, config={"ROWS_PER_PROGRAM": 16})
+    assert torch.equal(fitted_out.cpu(), whole.cpu())
