@@ -5,8 +5,9 @@ interpreter, timed per op: what development mode spends per step.
 Runs the ops SGLang's Llama decode calls on our platform, layer by layer, at
 SmolLM2-135M-Instruct's sizes by default (30 layers, hidden 576, 9 query
 over 3 KV heads of 64, MLP 1536, vocab 49152), batch 3 at a context of 48
-tokens, in bf16: per layer fused_add_rms_norm, rotary_embedding, store_kv,
-decode_attention, fused_add_rms_norm, silu_and_mul; then the final norm and
+tokens, in bf16 (``--dtype float32``: what the main job serves): per layer
+fused_add_rms_norm, rotary_embedding, store_kv, decode_attention,
+fused_add_rms_norm, silu_and_mul; then the final norm and
 greedy. The GEMMs (torch on the CPU) are left out: this measures our side.
 Prints launches, programs and CPU milliseconds (this process's, so a busy
 shared machine skews them less than wall time) per op and per launch.
@@ -32,6 +33,8 @@ def main(argv=None) -> int:
     parser.add_argument("--batch", type=int, default=3)
     parser.add_argument("--context", type=int, default=48)
     parser.add_argument("--steps", type=int, default=2, help="timed steps (after one warm-up)")
+    parser.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16", "float32"),
+                        help="activations and KV pool (the main job, scripts/run.sh, serves float32)")
     parser.add_argument("--profile", type=int, default=0, help="print cProfile's top N functions")
     args = parser.parse_args(argv)
 
@@ -43,11 +46,11 @@ def main(argv=None) -> int:
     from kunlun_triton.introspect.paged import decode_batch
 
     assert current_target().name == "interpreter", current_target()
-    bf16, hidden, heads, kv_heads, dim, inter, vocab = torch.bfloat16, 576, 9, 3, 64, 1536, 49152
+    dtype, hidden, heads, kv_heads, dim, inter, vocab = getattr(torch, args.dtype), 576, 9, 3, 64, 1536, 49152
     bs, layers = args.batch, args.layers
     gen = torch.Generator().manual_seed(0)
-    rand = lambda *s: torch.randn(*s, generator=gen).to(bf16)  # noqa: E731
-    d = decode_batch([args.context] * bs, q_heads=heads, kv_heads=kv_heads, head_dim=dim, dtype=bf16, seed=1)
+    rand = lambda *s: torch.randn(*s, generator=gen).to(dtype)  # noqa: E731
+    d = decode_batch([args.context] * bs, q_heads=heads, kv_heads=kv_heads, head_dim=dim, dtype=dtype, seed=1)
     q, k_buf, v_buf, o, kv_indptr, kv_indices, sm_scale = d.args()
     x, residual, w = rand(bs, hidden), rand(bs, hidden), rand(hidden)
     qkv = rand(bs, (heads + 2 * kv_heads) * dim)
@@ -112,7 +115,7 @@ def main(argv=None) -> int:
         profiler.disable()
     n = args.steps
     print(f"one decode step: {total * 1e3:.0f} ms CPU, {wall * 1e3:.0f} ms wall "
-          f"({layers} layers, batch {bs}, context {args.context}, bf16; load {os.getloadavg()[0]:.1f})")
+          f"({layers} layers, batch {bs}, context {args.context}, {args.dtype}; load {os.getloadavg()[0]:.1f})")
     print(f"{'op':22s} {'launches':>8s} {'programs':>8s} {'cpu ms/step':>11s} {'ms/launch':>9s}")
     launches = 0
     for op, (count, programs, secs) in sorted(stats.items(), key=lambda kv: -kv[1][2]):

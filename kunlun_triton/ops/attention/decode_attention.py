@@ -60,6 +60,7 @@ from ..validation import (
     require_tensor,
 )
 from . import reference
+from .decode_batch import launch_batch
 from .decode_splits import DecodeWorkspace, _plan, check_workspace, split_policy
 from .fp8 import check_kv_scales, check_pool_dtypes, kernel_view, kv_format, kv_values
 from .shared import AttentionPlan, check_formulation, check_kv_pool, cdiv, latent_view, needs_int64, window_constexpr
@@ -416,8 +417,8 @@ def decode_attention(
                                           k_scale, v_scale)  # fmt: skip
 
     kv_heads, v_dim = k_buffer.shape[1], v_buffer.shape[2]
-    shape_class = (q.dtype, head_dim, v_dim, group, formulation, logit_cap, window, needs_int64(k_buffer, v_buffer),
-                   kv_format(k_buffer.dtype), latent_view(k_buffer, v_buffer))  # fmt: skip
+    pool_i64, fmt, v_in_k = needs_int64(k_buffer, v_buffer), kv_format(k_buffer.dtype), latent_view(k_buffer, v_buffer)
+    shape_class = (q.dtype, head_dim, v_dim, group, formulation, logit_cap, window, pool_i64, fmt, v_in_k)
     launch = _cached_launch_plan(*shape_class) if config is None else _launch_plan(config, *shape_class)
     plan = launch.plan
     if workspace is None:
@@ -430,6 +431,12 @@ def decode_attention(
     else:
         part_out, part_lse, split_tokens = workspace.part_out, workspace.part_lse, workspace.split_tokens
         max_splits = part_out.shape[2]
+    if max_splits == 1 and plan.batch_rows and not v_in_k:
+        # One split per request and the interpreter's plan: one program folds
+        # many (request, kv head) rows at once (decode_batch.py).
+        launch_batch(plan, q, kernel_view(k_buffer), kernel_view(v_buffer), o, kv_indptr, kv_indices, sm_scale,
+                     logit_cap, window, pool_i64, fmt, k_scale, v_scale)  # fmt: skip
+        return o
     if max_splits == 1 and plan.direct_single_split and o.is_contiguous():
         # One split per request: its normalised output is the answer (the
         # merge would scale it by e^0 / 1), so stage 1 stores it into `o`

@@ -99,6 +99,10 @@ class AttentionPlan:
     # and the merge is not launched (the interpreter's plan: one launch
     # fewer per layer; compiled targets keep one kernel specialization)
     direct_single_split: bool
+    # decode: where a request takes one split, one program folds BATCH_ROWS
+    # (request, kv head) rows at once (`decode_batch`, the interpreter's plan:
+    # it pays per tile op, not per element); 0 on compiled targets
+    batch_rows: int
     load_ignores_other: bool
     launch: dict
 
@@ -139,6 +143,7 @@ def attention_plan(op: str, config: dict, dtype, head_dim: int, v_dim: int, grou
         target_programs=max(int(config["PROGRAMS_PER_UNIT"]) * compute_units(), 1) if decode else 0,
         max_kv_splits=max(int(config["MAX_KV_SPLITS"]), 1) if decode else 0,
         direct_single_split=bool(config["DIRECT_SINGLE_SPLIT"]) if decode else False,
+        batch_rows=max(int(config["BATCH_ROWS"]), 0) if decode else 0,
         load_ignores_other=capabilities().load_ignores_other,
         launch=run_keywords(launch_options(config)),
     )

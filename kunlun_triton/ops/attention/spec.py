@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from ...introspect.paged import decode_batch, extend_batch
-from ..spec import COUNT, FLAG, FORMULATION, TILE, OpCase, OpSpec
+from ..spec import COUNT, FLAG, FORMULATION, NON_NEGATIVE, TILE, OpCase, OpSpec
 from . import reference
 from .decode_attention import decode_attention
 from .decode_splits import DecodeWorkspace, decode_split_plan, decode_traffic, decode_workspace
@@ -365,7 +365,7 @@ SPECS = [
            traffic=decode_attention_traffic, programs=decode_attention_programs,
            config_keys={"formulation": FORMULATION, "BLOCK_N": TILE, "MAX_KV_SPLITS": COUNT,
                         "PROGRAMS_PER_UNIT": COUNT, "MIN_SPLIT_TOKENS": COUNT, "MAX_BLOCK_H": TILE,
-                        "DIRECT_SINGLE_SPLIT": FLAG},
+                        "DIRECT_SINGLE_SPLIT": FLAG, "BATCH_ROWS": NON_NEGATIVE},
            function=decode_attention, lookup_dims=("head_dim", "group"), generation_shapes=decode_generation_shapes),
     OpSpec("extend_attention", "attention", extend_attention_case,
            (({"prefix_lens": [20, 0], "extend_lens": [9, 24], "q_heads": 8, "kv_heads": 2, "head_dim": 128, "page_size": 16}, torch.float16),

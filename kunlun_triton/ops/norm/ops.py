@@ -60,6 +60,11 @@ class RowPlan:
     rows_per_program: int
     constexprs: tuple  # the kernel's positional tail (`ops.launch`)
     launch: dict
+    # FIT_ROWS (the interpreter's config only): a call with fewer rows than
+    # the tile takes a tile of those rows rounded up to a power of two (the
+    # interpreter's numpy works on every padding row; it compiles nothing, so
+    # a tile per row count costs it nothing; compiled targets keep one tile)
+    fit_rows: bool = False
 
 
 def _row_plan(op: str, width: int, config: dict) -> RowPlan:
@@ -68,12 +73,17 @@ def _row_plan(op: str, width: int, config: dict) -> RowPlan:
     rows = max(1, min(rows, MAX_TILE_ELEMENTS // block_cols))
     constexprs = constexpr_args(_KERNELS[op], N_COLS=width, BLOCK_COLS=block_cols, ROWS_PER_PROGRAM=rows,
                                 LOAD_IGNORES_OTHER=capabilities().load_ignores_other)  # fmt: skip
-    return RowPlan(rows, constexprs, run_keywords(launch_options(config)))
+    return RowPlan(rows, constexprs, run_keywords(launch_options(config)), bool(config["FIT_ROWS"]))
 
 
 @plan_cache
 def _cached_plan(op: str, width: int) -> RowPlan:
     return _row_plan(op, width, lookup_config(op, hidden_size=width))
+
+
+@plan_cache
+def _fitted_plan(op: str, width: int, rows: int) -> RowPlan:
+    return _row_plan(op, width, {**lookup_config(op, hidden_size=width), "ROWS_PER_PROGRAM": rows})
 
 
 def _launch(op: str, x_rows, residual_rows, weight, out_rows, eps: float, config) -> None:
@@ -84,6 +94,8 @@ def _launch(op: str, x_rows, residual_rows, weight, out_rows, eps: float, config
         return
     plan = _cached_plan(op, width) if config is None else \
         _row_plan(op, width, explicit_config(op, config, hidden_size=width))  # fmt: skip
+    if plan.fit_rows and n_rows < plan.rows_per_program and config is None:
+        plan = _fitted_plan(op, width, 1 << (n_rows - 1).bit_length())
     grid = (-(-n_rows // plan.rows_per_program),)
     kernel = _KERNELS[op]
     if residual_rows is None:

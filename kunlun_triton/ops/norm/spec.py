@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from ...runtime import FLOAT_DTYPES
-from ..spec import TILE, OpCase, OpSpec
+from ..spec import FLAG, TILE, OpCase, OpSpec
 from . import reference
 from .ops import MAX_TILE_ELEMENTS, fused_add_rms_norm, rms_norm
 
@@ -97,7 +97,8 @@ def generation_shapes(preset, max_context: int, max_batch: int, step: int):
     return ({"rows": r, "hidden_size": preset.hidden_size} for r in rows)
 
 
-CONFIG_KEYS = {"ROWS_PER_PROGRAM": TILE}  # rows of a program's tile (tl.arange)
+# rows of a program's tile (tl.arange); FIT_ROWS: shrunk to a call's rows (ops.py)
+CONFIG_KEYS = {"ROWS_PER_PROGRAM": TILE, "FIT_ROWS": FLAG}
 # One row per program, a fixed reduction over the hidden dim: batch-invariant.
 _REGISTRY = dict(lookup_dims=("hidden_size",), generation_shapes=generation_shapes, graph_capture=True,
                  batch_invariant=True, sglang_forward="RMSNorm")

@@ -19,6 +19,12 @@ cos/sin are read once per token and launches stay few. Masked lanes are never
 stored, and positions of masked tokens are zeroed before they index the cache,
 so no correctness rests on ``other=``; loads go through `masked_load`
 (``tl.where`` only where the target ignores ``other=``). Maths in fp32.
+
+HEAD_TILE > 0 (the interpreter's plan, `HEAD_TILE` in its config): the
+program covers every head, each tensor as one [tokens, HEAD_TILE, half]
+tile. The interpreter pays per tile op, not per element, so one pass
+replaces a loop of 12 head trips; compiled targets keep HEAD_TILE = 0 (the
+branch is a constexpr: their code is unchanged).
 """
 
 import triton
@@ -58,6 +64,27 @@ def _rotate_heads(
         tl.store(row_ptr + second, y2.to(base_ptr.dtype.element_ty), mask=mask)
 
 
+@triton.jit
+def _rotate_head_tile(base_ptr, tokens, token_stride, head_stride, cos, sin, token_mask, half, NUM_HEADS: tl.constexpr,
+                      HEAD_TILE: tl.constexpr, ROT_HALF: tl.constexpr, IS_NEOX: tl.constexpr,
+                      LOAD_IGNORES_OTHER: tl.constexpr):  # fmt: skip
+    """Rotate all NUM_HEADS heads of one tensor for a token tile at once:
+    tokens [T, 1], half [1, B] and cos / sin [T, B] widen to [T, HEAD_TILE, B]."""
+    heads = tl.arange(0, HEAD_TILE)[None, :, None]
+    half = half[:, None, :]
+    if IS_NEOX:
+        first, second = half, half + ROT_HALF
+    else:
+        first, second = 2 * half, 2 * half + 1
+    mask = token_mask[:, :, None] & (heads < NUM_HEADS) & (half < ROT_HALF)
+    row_ptr = base_ptr + tokens[:, :, None] * token_stride + heads * head_stride
+    x1 = masked_load(row_ptr + first, mask, 0.0, LOAD_IGNORES_OTHER).to(tl.float32)
+    x2 = masked_load(row_ptr + second, mask, 0.0, LOAD_IGNORES_OTHER).to(tl.float32)
+    cos, sin = cos[:, None, :], sin[:, None, :]
+    tl.store(row_ptr + first, (x1 * cos - x2 * sin).to(base_ptr.dtype.element_ty), mask=mask)
+    tl.store(row_ptr + second, (x2 * cos + x1 * sin).to(base_ptr.dtype.element_ty), mask=mask)
+
+
 @triton.jit(do_not_specialize=["n_tokens"])
 def rotary_embedding_kernel(
     positions_ptr,
@@ -78,6 +105,7 @@ def rotary_embedding_kernel(
     TOKENS_PER_PROGRAM: tl.constexpr,
     HEADS_PER_PROGRAM: tl.constexpr,
     LOAD_IGNORES_OTHER: tl.constexpr,
+    HEAD_TILE: tl.constexpr,
 ):
     """Rotate a token tile's share of the NUM_Q_HEADS query heads followed by
     the NUM_K_HEADS key heads (0: no key)."""
@@ -91,6 +119,13 @@ def rotary_embedding_kernel(
     cos_ptrs = cos_sin_ptr + positions * cos_sin_row_stride + half
     cos = masked_load(cos_ptrs, mask, 0.0, LOAD_IGNORES_OTHER).to(tl.float32)
     sin = masked_load(cos_ptrs + ROT_HALF, mask, 0.0, LOAD_IGNORES_OTHER).to(tl.float32)
+    if HEAD_TILE > 0:  # one program per token tile covers every head (the plan makes it so)
+        _rotate_head_tile(query_ptr, tokens, query_token_stride, query_head_stride, cos, sin, token_mask, half,
+                          NUM_Q_HEADS, HEAD_TILE, ROT_HALF, IS_NEOX, LOAD_IGNORES_OTHER)  # fmt: skip
+        if NUM_K_HEADS > 0:
+            _rotate_head_tile(key_ptr, tokens, key_token_stride, key_head_stride, cos, sin, token_mask, half,
+                              NUM_K_HEADS, HEAD_TILE, ROT_HALF, IS_NEOX, LOAD_IGNORES_OTHER)  # fmt: skip
+        return
 
     # This program's heads [start, start + HEADS_PER_PROGRAM) of the sequence
     # q_0 .. q_{NUM_Q_HEADS-1}, k_0 .. k_{NUM_K_HEADS-1}, split per tensor.

@@ -68,11 +68,16 @@ def _rope_plan(num_q_heads: int, num_k_heads: int, rotary_dim: int, is_neox: boo
     num_heads = num_q_heads + num_k_heads
     tokens = power_of_two_at_most(config["TOKENS_PER_PROGRAM"])  # defaults: autotune_configs/default.yaml
     heads = max(1, min(int(config["HEADS_PER_PROGRAM"]), num_heads))
+    # HEAD_TILE (the interpreter's config): every head in one program, one
+    # [tokens, heads, half] tile per tensor instead of a loop over heads.
+    head_tile = 0
+    if config["HEAD_TILE"]:
+        heads, head_tile = num_heads, 1 << max(max(num_q_heads, num_k_heads) - 1, 0).bit_length()
     rot_half = rotary_dim // 2
     constexprs = constexpr_args(
         kernels.rotary_embedding_kernel, NUM_Q_HEADS=num_q_heads, NUM_K_HEADS=num_k_heads, ROT_HALF=rot_half,
         BLOCK_HALF=1 << max(rot_half - 1, 0).bit_length(), IS_NEOX=is_neox, TOKENS_PER_PROGRAM=tokens,
-        HEADS_PER_PROGRAM=heads, LOAD_IGNORES_OTHER=capabilities().load_ignores_other)  # fmt: skip
+        HEADS_PER_PROGRAM=heads, LOAD_IGNORES_OTHER=capabilities().load_ignores_other, HEAD_TILE=head_tile)  # fmt: skip
     return RopePlan(tokens, heads, constexprs, run_keywords(launch_options(config)))
 
 

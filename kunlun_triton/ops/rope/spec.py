@@ -11,7 +11,7 @@ import itertools
 import torch
 
 from ...runtime import FLOAT_DTYPES
-from ..spec import COUNT, TILE, OpCase, OpSpec
+from ..spec import COUNT, FLAG, TILE, OpCase, OpSpec
 from . import reference
 from .ops import rotary_embedding
 
@@ -92,7 +92,8 @@ def generation_shapes(preset, max_context: int, max_batch: int, step: int):
 SPECS = [
     OpSpec("rotary_embedding", "rope", rotary_embedding_case, DOCTOR, bench_shapes, tune_candidates=tune_candidates,
            x_axis="tokens", kernels=rotary_embedding_kernels,
-           config_keys={"TOKENS_PER_PROGRAM": TILE, "HEADS_PER_PROGRAM": COUNT}, function=rotary_embedding,
+           config_keys={"TOKENS_PER_PROGRAM": TILE, "HEADS_PER_PROGRAM": COUNT, "HEAD_TILE": FLAG},
+           function=rotary_embedding,
            lookup_dims=("head_size", "tokens"), generation_shapes=generation_shapes, graph_capture=True,
            batch_invariant=True, sglang_forward="RotaryEmbedding(+subclasses)"),
 ]  # fmt: skip
