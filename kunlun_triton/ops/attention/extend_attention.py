@@ -92,15 +92,30 @@ def extend_tile(q, q_pe, m_i, l_i, acc, n0, hi, q_pos, index_ptr, row_base, k_he
     visible. With CUSTOM_MASK (the new tokens' stream of a target verify) a
     row m also needs mask_ptr[m * mask_stride + n] nonzero to see key n: one
     byte per (real row, key) of the tile. V_IN_K (MLA: the stream's V is
-    the first BLOCK_D = V_DIM values of its K rows) takes V as the
-    transposed K tile already loaded, as decode does: the latent is read
-    once per tile (screened, where it must be, from that tile too)."""
+    the first BLOCK_D = V_DIM values of its K rows) loads that part of K as
+    V's [N, D] tile and scores through its transpose, as SGLang's MLA decode
+    does: the latent is read once per tile (a screened tile also reads it
+    for the check, in a plain layout)."""
     offs_n = n0 + tl.arange(0, BLOCK_N)
     n_mask = offs_n < hi
     rows = stream_rows(index_ptr, row_base, offs_n, n_mask, PAGED, MASKED, INDEX_I64, LOAD_IGNORES_OTHER)
-    k_raw = load_tile(k_head_ptr + offs_d[:, None] + rows[None, :] * k_stride, d_mask, n_mask, MASK_D, MASKED,
-                      LOAD_IGNORES_OTHER)  # fmt: skip
-    k_t = kv_values(k_raw, k_scale, q, KV_FORMAT, USE_DOT, DOT_FP32)
+    v_ptrs = v_head_ptr + rows[:, None] * v_stride + offs_dv[None, :]
+    if V_IN_K:  # K's rows as V's [N, D] tile, scored through its transpose (a view of the same tile)
+        k_mask = n_mask
+        if MASKED and SCREEN_HIDDEN and (CAUSAL or WINDOW > 0 or CUSTOM_MASK):
+            # A key whose latent holds an inf or NaN loads as zeros, K and V at
+            # once (its score turns NaN below for the rows that see it). The
+            # check reads the latent in a plain layout (cached): zeroing the
+            # loaded tile instead spills (sm_90, 32 x 32: 224 bytes against 112).
+            poison = value_poison(v_ptrs, n_mask, dv_mask, MASK_DV, LOAD_IGNORES_OTHER, KV_FORMAT)
+            k_mask = n_mask & (poison == 0.0)
+        k_raw = load_tile(k_head_ptr + rows[:, None] * k_stride + offs_d[None, :], k_mask, d_mask, MASKED, MASK_D,
+                          LOAD_IGNORES_OTHER)  # fmt: skip
+        k_t = tl.trans(kv_values(k_raw, k_scale, q, KV_FORMAT, USE_DOT, DOT_FP32))
+    else:
+        k_raw = load_tile(k_head_ptr + offs_d[:, None] + rows[None, :] * k_stride, d_mask, n_mask, MASK_D, MASKED,
+                          LOAD_IGNORES_OTHER)  # fmt: skip
+        k_t = kv_values(k_raw, k_scale, q, KV_FORMAT, USE_DOT, DOT_FP32)
     s = scores(q, k_t, USE_DOT, DOT_FP32)
     if BLOCK_DPE > 0:  # the tail of a split head dim (MLA's rope part)
         kpe_t = load_tile(k_head_ptr + offs_dpe[:, None] + rows[None, :] * k_stride, dpe_mask, n_mask, MASK_DPE,
@@ -108,7 +123,6 @@ def extend_tile(q, q_pe, m_i, l_i, acc, n0, hi, q_pos, index_ptr, row_base, k_he
         kpe_t = kv_values(kpe_t, k_scale, q, KV_FORMAT, USE_DOT, DOT_FP32)
         s += scores(q_pe, kpe_t, USE_DOT, DOT_FP32)
     s = scale_and_cap(s, sm_scale, LOGIT_CAP)
-    v_ptrs = v_head_ptr + rows[:, None] * v_stride + offs_dv[None, :]
     if MASKED:
         visible = visibility(q_pos, offs_n, n_mask, CAUSAL, WINDOW)
         if CUSTOM_MASK:  # the stream's hi is the block's last real row + 1: rows at or past it are padding
@@ -116,10 +130,8 @@ def extend_tile(q, q_pe, m_i, l_i, acc, n0, hi, q_pos, index_ptr, row_base, k_he
                                   (q_pos < hi)[:, None] & n_mask[None, :], 0, LOAD_IGNORES_OTHER)  # fmt: skip
             visible = visible & (allowed != 0)
         if SCREEN_HIDDEN and (CAUSAL or WINDOW > 0 or CUSTOM_MASK):
-            if V_IN_K:  # the latent's own tile: a non-finite row poisons its key, then reads as zeros
-                v = kv_values(tl.trans(k_raw), v_scale, q, KV_FORMAT, USE_DOT, DOT_FP32)
-                poison = tl.sum(v.to(tl.float32) * 0.0, axis=1)
-                v = tl.where((poison == 0.0)[:, None], v, 0.0)
+            if V_IN_K:  # poisoned keys were loaded as zeros
+                v = kv_values(k_raw, v_scale, q, KV_FORMAT, USE_DOT, DOT_FP32)
             else:
                 poison = value_poison(v_ptrs, n_mask, dv_mask, MASK_DV, LOAD_IGNORES_OTHER, KV_FORMAT)
                 v = load_tile(v_ptrs, n_mask & (poison == 0.0), dv_mask, True, MASK_DV, LOAD_IGNORES_OTHER)
@@ -128,12 +140,12 @@ def extend_tile(q, q_pe, m_i, l_i, acc, n0, hi, q_pos, index_ptr, row_base, k_he
         else:
             s = tl.where(visible, s, float("-inf"))
             if V_IN_K:
-                v = kv_values(tl.trans(k_raw), v_scale, q, KV_FORMAT, USE_DOT, DOT_FP32)
+                v = kv_values(k_raw, v_scale, q, KV_FORMAT, USE_DOT, DOT_FP32)
             else:
                 v = load_tile(v_ptrs, n_mask, dv_mask, True, MASK_DV, LOAD_IGNORES_OTHER)
                 v = kv_values(v, v_scale, q, KV_FORMAT, USE_DOT, DOT_FP32)
     elif V_IN_K:
-        v = kv_values(tl.trans(k_raw), v_scale, q, KV_FORMAT, USE_DOT, DOT_FP32)
+        v = kv_values(k_raw, v_scale, q, KV_FORMAT, USE_DOT, DOT_FP32)
     else:
         v = load_tile(v_ptrs, n_mask, dv_mask, False, MASK_DV, LOAD_IGNORES_OTHER)
         v = kv_values(v, v_scale, q, KV_FORMAT, USE_DOT, DOT_FP32)
