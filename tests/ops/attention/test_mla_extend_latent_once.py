@@ -13,15 +13,17 @@ import torch
 
 from strategies import DEVICE
 
+from kunlun_triton.introspect import compile_ahead_of_time
 from kunlun_triton.introspect.interpreter_counts import count_loads
 from kunlun_triton.introspect.paged import extend_batch
+from kunlun_triton.introspect.sass import kernel_cost
 from kunlun_triton.ops import extend_attention
 from kunlun_triton.ops.attention import reference
 from kunlun_triton.ops.attention.extend_inputs import extend_traffic
 from kunlun_triton.ops.attention.spec import verify_mask
 from kunlun_triton.ops.spec import planned_kernels
 from kunlun_triton.runtime import Target, current_target
-from kunlun_triton.testing import LOWERING_TARGETS, assert_close
+from kunlun_triton.testing import LOWERING_TARGETS, aot_target, assert_close
 
 # 80 = 64 latent + 16 rope splits as 64 + 16 exactly as 576 = 512 + 64 does
 # (`shared.dim_split`), at a fraction of the interpreter's time.
@@ -109,9 +111,12 @@ def test_a_hidden_bad_latent_never_reaches_a_row(bad):
         assert (~torch.isfinite(out[row:])).any(dim=-1).all(), f"{formulation}: a row that sees {bad} must show it"
 
 
+DEEPSEEK = {"batch": 2, "prefix_len": 500, "extend_len": 300, "q_heads": 16, "kv_heads": 1, "head_dim": 576,
+            "v_head_dim": 512}  # fmt: skip
+
+
 def test_the_planned_mla_launch_takes_v_from_k_everywhere():
-    mla = {"batch": 2, "prefix_len": 500, "extend_len": 300, "q_heads": 16, "kv_heads": 1, "head_dim": 576,
-           "v_head_dim": 512}  # fmt: skip
+    mla = DEEPSEEK
     for target in [*LOWERING_TARGETS, SM90, current_target()]:
         [spec] = planned_kernels("extend_attention", mla, torch.bfloat16, target)
         assert spec.constexprs["V_IN_K"] is True and spec.constexprs["NEW_V_IN_K"] is True, target
@@ -154,3 +159,17 @@ def test_the_latent_is_read_once_per_program_and_key():
     once = extend_traffic([prefix], [extend], heads, head_dim, LATENT, elt, block_m, v_in_k=True, new_v_in_k=True)
     twice = extend_traffic([prefix], [extend], heads, head_dim, LATENT, elt, block_m)
     assert twice - once == v_rows.bytes + heads * new_keys * LATENT * elt
+
+
+@pytest.mark.lowering
+def test_shipped_mla_extend_configs_do_not_spill():
+    """Every target's MLA extend (and target verify's) plan, the latent read
+    once, compiles without spills (Kunlun's on sm_90, the proxy for its local
+    memory): sm_90 32 x 32 195 registers, gfx942 64 x 32 407 (64 x 64 spilled
+    2688 bytes), Kunlun 4 x 4 233 (docs/decode-occupancy.md, "MLA extend")."""
+    jobs = [(spec, aot_target(target)) for target in LOWERING_TARGETS for mask in (False, True)
+            for spec in planned_kernels("extend_attention", {**DEEPSEEK, "custom_mask": mask}, torch.bfloat16, target)]
+    assert all(spec.constexprs["V_IN_K"] for spec, _ in jobs)
+    for result in compile_ahead_of_time(jobs, artifacts=True):
+        assert result["ok"], result.get("error")
+        assert kernel_cost(result)["spill_bytes"] == 0, (result["spec"].label, result["target"], kernel_cost(result))
