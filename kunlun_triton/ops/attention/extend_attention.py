@@ -106,7 +106,7 @@ def extend_tile(q, q_pe, m_i, l_i, acc, n0, hi, q_pos, index_ptr, row_base, k_he
             # A key whose latent holds an inf or NaN loads as zeros, K and V at
             # once (its score turns NaN below for the rows that see it). The
             # check reads the latent in a plain layout (cached): zeroing the
-            # loaded tile instead spills (sm_90, 32 x 32: 224 bytes against 112).
+            # loaded tile instead spills (sm_90, MLA 32 x 32: 224 bytes; none so).
             poison = value_poison(v_ptrs, n_mask, dv_mask, MASK_DV, LOAD_IGNORES_OTHER, KV_FORMAT)
             k_mask = n_mask & (poison == 0.0)
         k_raw = load_tile(k_head_ptr + rows[:, None] * k_stride + offs_d[None, :], k_mask, d_mask, MASKED, MASK_D,
