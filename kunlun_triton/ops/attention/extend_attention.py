@@ -39,6 +39,10 @@ draft tree and a flat mask (SGLang's layout, `custom_mask`) says which of
 them each one sees; the new tokens' stream then runs every tile masked,
 reading one mask byte per (row, key), on a row tile of its own
 (VERIFY_BLOCK_M: a few draft tokens over a long prefix; docs/speculative.md).
+
+MLA (V the latent part of K's rows, in the pool and in the new tokens each:
+`extend_inputs.latent_flags`): the stream takes V from the K tile it loaded
+(V_IN_K / NEW_V_IN_K), the latent read once per tile (docs/decode-occupancy.md).
 """
 
 import dataclasses
