@@ -126,6 +126,19 @@ def _cached_rows(buffer, loc, scale, dtype):
     return (values * (1.0 if scale is None else scale)).to(dtype)
 
 
+def _latent_of(k, v, check):
+    """The new tokens' V of an absorbed MLA extend as the kernel reads it
+    once: SGLang passes v = k_nope, a copy of the first kv_lora_rank values of
+    k = cat(k_nope, k_pe); the same values as a view of k's rows let
+    extend_attention take V from the K tile (NEW_V_IN_K). Checked mode
+    verifies they are the same values (NaN for NaN)."""
+    latent = k[..., : v.shape[-1]]
+    if check and not bool(((latent == v) | (latent.isnan() & v.isnan())).all()):
+        raise ValueError("kunlun_triton attention: MLA extend: v_extend is not k_extend[..., :kv_lora_rank] "
+                         "(SGLang's absorbed MLA passes k_nope, the latent part of k)")  # fmt: skip
+    return latent
+
+
 def _cpu_list_or(tensor, cpu_list):
     return list(cpu_list) if cpu_list is not None else tensor.tolist()
 
@@ -391,6 +404,8 @@ class KunlunTritonAttnBackend(AttentionBackend):
             if meta.kv_indices.numel():
                 raise NotImplementedError("kunlun_triton attention: MLA multi-head extend over a cached prefix")
             k_buffer, v_buffer = k, v
+        elif self.use_mla:
+            v = _latent_of(k, v, self.check)
         k_scale, v_scale = self._scales(layer) if k_buffer.dtype != k.dtype else (None, None)
         if meta.phase:
             note_op(meta.phase, "extend_attention" if meta.custom_mask is None else "extend_attention(custom_mask)")

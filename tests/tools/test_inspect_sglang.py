@@ -149,3 +149,17 @@ def test_fused_experts_compare_shows_sglangs_fused_moe_kernel():
         assert {k: row["constexprs"][k] for k in ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M")} == {
             k: expected[k] for k in ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M")}
         assert (row["num_warps"], row["num_stages"]) == (expected["num_warps"], expected["num_stages"])
+
+
+def test_mla_extend_moves_the_latent_once():
+    """Issue 24: MLA's absorbed extend reads the latent once per (program,
+    key), V taken from the K tile; SGLang's extend loads K and V (and int64
+    slot ids). At the same row tile (32 on sm_90) that is (576 x 2 + 4) /
+    ((576 + 512) x 2 + 8) = 0.53 of its bytes per prefix key; q, o and the
+    new keys bring the call to about 0.55."""
+    shape = {"batch": 2, "prefix_len": 2048, "extend_len": 256, "q_heads": 16, "kv_heads": 1, "head_dim": 576,
+             "v_head_dim": 512, "custom_mask": False}  # fmt: skip
+    with targeting(SM90):
+        ours = all_specs(("attention",))["extend_attention"].traffic(shape, torch.bfloat16)
+        theirs = traffic_baselines()["extend_attention"](shape, torch.bfloat16)
+    assert ours <= 0.6 * theirs, (ours, theirs)

@@ -39,6 +39,10 @@ draft tree and a flat mask (SGLang's layout, `custom_mask`) says which of
 them each one sees; the new tokens' stream then runs every tile masked,
 reading one mask byte per (row, key), on a row tile of its own
 (VERIFY_BLOCK_M: a few draft tokens over a long prefix; docs/speculative.md).
+
+MLA (V the latent part of K's rows, in the pool and in the new tokens each:
+`extend_inputs.latent_flags`): the stream takes V from the K tile it loaded
+(V_IN_K / NEW_V_IN_K), the latent read once per tile (docs/decode-occupancy.md).
 """
 
 import dataclasses
@@ -47,23 +51,16 @@ import torch
 import triton
 import triton.language as tl
 
-from ...runtime import INDEX_DTYPES, plan_cache, use_triton
+from ...runtime import plan_cache, use_triton
 from ..spec import explicit_config, lookup_config
 from ..launch import constexpr_args
 from ..loads import masked_load
-from ..validation import (
-    check_indptr,
-    check_slots,
-    checked_mode,
-    require_number,
-    require_same,
-    require_same_device,
-    require_tensor,
-)
+from ..validation import checked_mode, require_number
 from . import reference
 from .custom_mask import check_custom_mask, mask_mode
-from .fp8 import check_kv_scales, check_pool_dtypes, kernel_view, kv_format, kv_values
-from .shared import AttentionPlan, attention_plan, cdiv, check_formulation, check_kv_pool, needs_int64, window_constexpr
+from .extend_inputs import latent_flags, validate
+from .fp8 import check_kv_scales, kernel_view, kv_format, kv_values
+from .shared import AttentionPlan, attention_plan, cdiv, check_formulation, needs_int64, window_constexpr
 from .tiles import (
     finish_rows,
     load_tile,
@@ -84,7 +81,8 @@ def extend_tile(q, q_pe, m_i, l_i, acc, n0, hi, q_pos, index_ptr, row_base, k_he
                 CAUSAL: tl.constexpr, WINDOW: tl.constexpr, PAGED: tl.constexpr, MASK_D: tl.constexpr, MASK_DPE: tl.constexpr,
                 BLOCK_DPE: tl.constexpr, MASK_DV: tl.constexpr, LOGIT_CAP: tl.constexpr, USE_DOT: tl.constexpr, DOT_FP32: tl.constexpr,
                 INDEX_I64: tl.constexpr, LOAD_IGNORES_OTHER: tl.constexpr, SCREEN_HIDDEN: tl.constexpr,
-                k_scale, v_scale, KV_FORMAT: tl.constexpr, mask_ptr, mask_stride, CUSTOM_MASK: tl.constexpr):  # fmt: skip
+                k_scale, v_scale, KV_FORMAT: tl.constexpr, mask_ptr, mask_stride, CUSTOM_MASK: tl.constexpr,
+                V_IN_K: tl.constexpr):  # fmt: skip
     """Fold keys n0 .. n0 + BLOCK_N of one stream into the block's softmax.
 
     A full tile (MASKED false) is seen whole by every query row: no masks.
@@ -97,13 +95,31 @@ def extend_tile(q, q_pe, m_i, l_i, acc, n0, hi, q_pos, index_ptr, row_base, k_he
     rows that do see it, so their output is NaN: a visible NaN stays
     visible. With CUSTOM_MASK (the new tokens' stream of a target verify) a
     row m also needs mask_ptr[m * mask_stride + n] nonzero to see key n: one
-    byte per (real row, key) of the tile."""
+    byte per (real row, key) of the tile. V_IN_K (MLA: the stream's V is
+    the first BLOCK_D = V_DIM values of its K rows) loads that part of K as
+    V's [N, D] tile and scores through its transpose, as SGLang's MLA decode
+    does: the latent is read once per tile (a screened tile also reads it
+    for the check, in a plain layout)."""
     offs_n = n0 + tl.arange(0, BLOCK_N)
     n_mask = offs_n < hi
     rows = stream_rows(index_ptr, row_base, offs_n, n_mask, PAGED, MASKED, INDEX_I64, LOAD_IGNORES_OTHER)
-    k_t = load_tile(k_head_ptr + offs_d[:, None] + rows[None, :] * k_stride, d_mask, n_mask, MASK_D, MASKED,
-                    LOAD_IGNORES_OTHER)  # fmt: skip
-    k_t = kv_values(k_t, k_scale, q, KV_FORMAT, USE_DOT, DOT_FP32)
+    v_ptrs = v_head_ptr + rows[:, None] * v_stride + offs_dv[None, :]
+    if V_IN_K:  # K's rows as V's [N, D] tile, scored through its transpose (a view of the same tile)
+        k_mask = n_mask
+        if MASKED and SCREEN_HIDDEN and (CAUSAL or WINDOW > 0 or CUSTOM_MASK):
+            # A key whose latent holds an inf or NaN loads as zeros, K and V at
+            # once (its score turns NaN below for the rows that see it). The
+            # check reads the latent in a plain layout (cached): zeroing the
+            # loaded tile instead spills (sm_90, MLA 32 x 32: 224 bytes; none so).
+            poison = value_poison(v_ptrs, n_mask, dv_mask, MASK_DV, LOAD_IGNORES_OTHER, KV_FORMAT)
+            k_mask = n_mask & (poison == 0.0)
+        k_raw = load_tile(k_head_ptr + rows[:, None] * k_stride + offs_d[None, :], k_mask, d_mask, MASKED, MASK_D,
+                          LOAD_IGNORES_OTHER)  # fmt: skip
+        k_t = tl.trans(kv_values(k_raw, k_scale, q, KV_FORMAT, USE_DOT, DOT_FP32))
+    else:
+        k_raw = load_tile(k_head_ptr + offs_d[:, None] + rows[None, :] * k_stride, d_mask, n_mask, MASK_D, MASKED,
+                          LOAD_IGNORES_OTHER)  # fmt: skip
+        k_t = kv_values(k_raw, k_scale, q, KV_FORMAT, USE_DOT, DOT_FP32)
     s = scores(q, k_t, USE_DOT, DOT_FP32)
     if BLOCK_DPE > 0:  # the tail of a split head dim (MLA's rope part)
         kpe_t = load_tile(k_head_ptr + offs_dpe[:, None] + rows[None, :] * k_stride, dpe_mask, n_mask, MASK_DPE,
@@ -111,7 +127,6 @@ def extend_tile(q, q_pe, m_i, l_i, acc, n0, hi, q_pos, index_ptr, row_base, k_he
         kpe_t = kv_values(kpe_t, k_scale, q, KV_FORMAT, USE_DOT, DOT_FP32)
         s += scores(q_pe, kpe_t, USE_DOT, DOT_FP32)
     s = scale_and_cap(s, sm_scale, LOGIT_CAP)
-    v_ptrs = v_head_ptr + rows[:, None] * v_stride + offs_dv[None, :]
     if MASKED:
         visible = visibility(q_pos, offs_n, n_mask, CAUSAL, WINDOW)
         if CUSTOM_MASK:  # the stream's hi is the block's last real row + 1: rows at or past it are padding
@@ -119,15 +134,25 @@ def extend_tile(q, q_pe, m_i, l_i, acc, n0, hi, q_pos, index_ptr, row_base, k_he
                                   (q_pos < hi)[:, None] & n_mask[None, :], 0, LOAD_IGNORES_OTHER)  # fmt: skip
             visible = visible & (allowed != 0)
         if SCREEN_HIDDEN and (CAUSAL or WINDOW > 0 or CUSTOM_MASK):
-            poison = value_poison(v_ptrs, n_mask, dv_mask, MASK_DV, LOAD_IGNORES_OTHER, KV_FORMAT)
+            if V_IN_K:  # poisoned keys were loaded as zeros
+                v = kv_values(k_raw, v_scale, q, KV_FORMAT, USE_DOT, DOT_FP32)
+            else:
+                poison = value_poison(v_ptrs, n_mask, dv_mask, MASK_DV, LOAD_IGNORES_OTHER, KV_FORMAT)
+                v = load_tile(v_ptrs, n_mask & (poison == 0.0), dv_mask, True, MASK_DV, LOAD_IGNORES_OTHER)
+                v = kv_values(v, v_scale, q, KV_FORMAT, USE_DOT, DOT_FP32)
             s = tl.where(visible, s + poison[None, :], float("-inf"))
-            v = load_tile(v_ptrs, n_mask & (poison == 0.0), dv_mask, True, MASK_DV, LOAD_IGNORES_OTHER)
         else:
             s = tl.where(visible, s, float("-inf"))
-            v = load_tile(v_ptrs, n_mask, dv_mask, True, MASK_DV, LOAD_IGNORES_OTHER)
+            if V_IN_K:
+                v = kv_values(k_raw, v_scale, q, KV_FORMAT, USE_DOT, DOT_FP32)
+            else:
+                v = load_tile(v_ptrs, n_mask, dv_mask, True, MASK_DV, LOAD_IGNORES_OTHER)
+                v = kv_values(v, v_scale, q, KV_FORMAT, USE_DOT, DOT_FP32)
+    elif V_IN_K:
+        v = kv_values(k_raw, v_scale, q, KV_FORMAT, USE_DOT, DOT_FP32)
     else:
         v = load_tile(v_ptrs, n_mask, dv_mask, False, MASK_DV, LOAD_IGNORES_OTHER)
-    v = kv_values(v, v_scale, q, KV_FORMAT, USE_DOT, DOT_FP32)
+        v = kv_values(v, v_scale, q, KV_FORMAT, USE_DOT, DOT_FP32)
     m_i, l_i, acc = online_softmax_update(s, v, m_i, l_i, acc, USE_DOT, DOT_FP32)
     return m_i, l_i, acc
 
@@ -138,7 +163,8 @@ def extend_stream(q, q_pe, m_i, l_i, acc, lo, full_lo, full_hi, hi, q_pos, index
                   CAUSAL: tl.constexpr, WINDOW: tl.constexpr, PAGED: tl.constexpr, MASK_D: tl.constexpr, MASK_DPE: tl.constexpr,
                   BLOCK_DPE: tl.constexpr, MASK_DV: tl.constexpr, LOGIT_CAP: tl.constexpr, USE_DOT: tl.constexpr, DOT_FP32: tl.constexpr,
                   INDEX_I64: tl.constexpr, LOAD_IGNORES_OTHER: tl.constexpr, SCREEN_HIDDEN: tl.constexpr,
-                  k_scale, v_scale, KV_FORMAT: tl.constexpr, mask_ptr, mask_stride, CUSTOM_MASK: tl.constexpr):  # fmt: skip
+                  k_scale, v_scale, KV_FORMAT: tl.constexpr, mask_ptr, mask_stride, CUSTOM_MASK: tl.constexpr,
+                  V_IN_K: tl.constexpr):  # fmt: skip
     """Keys [lo, hi) of one stream in tiles of BLOCK_N from lo: masked tiles
     up to the first tile inside [full_lo, full_hi) (a window's edge), full
     tiles while they stay inside it, masked tiles after (ragged end, causal
@@ -153,19 +179,19 @@ def extend_stream(q, q_pe, m_i, l_i, acc, lo, full_lo, full_hi, hi, q_pos, index
                 q, q_pe, m_i, l_i, acc, n0, hi, q_pos, index_ptr, row_base, k_head_ptr, v_head_ptr, k_stride,
                 v_stride, sm_scale, offs_d, offs_dpe, offs_dv, d_mask, dpe_mask, dv_mask, BLOCK_N, True, CAUSAL, WINDOW, PAGED, MASK_D, MASK_DPE, BLOCK_DPE,
                 MASK_DV, LOGIT_CAP, USE_DOT, DOT_FP32, INDEX_I64, LOAD_IGNORES_OTHER, SCREEN_HIDDEN, k_scale, v_scale,
-                KV_FORMAT, mask_ptr, mask_stride, CUSTOM_MASK)  # fmt: skip
+                KV_FORMAT, mask_ptr, mask_stride, CUSTOM_MASK, V_IN_K)  # fmt: skip
     for n0 in range(head_end, tail_start, BLOCK_N):
         m_i, l_i, acc = extend_tile(
             q, q_pe, m_i, l_i, acc, n0, hi, q_pos, index_ptr, row_base, k_head_ptr, v_head_ptr, k_stride,
             v_stride, sm_scale, offs_d, offs_dpe, offs_dv, d_mask, dpe_mask, dv_mask, BLOCK_N, False, CAUSAL, WINDOW, PAGED, MASK_D, MASK_DPE, BLOCK_DPE,
             MASK_DV, LOGIT_CAP, USE_DOT, DOT_FP32, INDEX_I64, LOAD_IGNORES_OTHER, SCREEN_HIDDEN, k_scale, v_scale,
-            KV_FORMAT, mask_ptr, mask_stride, CUSTOM_MASK)  # fmt: skip
+            KV_FORMAT, mask_ptr, mask_stride, CUSTOM_MASK, V_IN_K)  # fmt: skip
     for n0 in range(tail_start, hi, BLOCK_N):
         m_i, l_i, acc = extend_tile(
             q, q_pe, m_i, l_i, acc, n0, hi, q_pos, index_ptr, row_base, k_head_ptr, v_head_ptr, k_stride,
             v_stride, sm_scale, offs_d, offs_dpe, offs_dv, d_mask, dpe_mask, dv_mask, BLOCK_N, True, CAUSAL, WINDOW, PAGED, MASK_D, MASK_DPE, BLOCK_DPE,
             MASK_DV, LOGIT_CAP, USE_DOT, DOT_FP32, INDEX_I64, LOAD_IGNORES_OTHER, SCREEN_HIDDEN, k_scale, v_scale,
-            KV_FORMAT, mask_ptr, mask_stride, CUSTOM_MASK)  # fmt: skip
+            KV_FORMAT, mask_ptr, mask_stride, CUSTOM_MASK, V_IN_K)  # fmt: skip
     return m_i, l_i, acc
 
 
@@ -177,8 +203,10 @@ def attend_block(q, q_pe, offs_m, m0, m_last, prefix_len, q_start, kv_start, kv_
                  BLOCK_D: tl.constexpr, BLOCK_DPE: tl.constexpr, BLOCK_DV: tl.constexpr, LOGIT_CAP: tl.constexpr,
                  WINDOW: tl.constexpr, USE_DOT: tl.constexpr, DOT_FP32: tl.constexpr, INDEX_I64: tl.constexpr,
                  LOAD_IGNORES_OTHER: tl.constexpr, UNIFIED: tl.constexpr, SCREEN_HIDDEN: tl.constexpr,
-                 k_scale, v_scale, KV_FORMAT: tl.constexpr, mask_ptr, mask_stride, CUSTOM_MASK: tl.constexpr):  # fmt: skip
-    """One online softmax of the block's rows over every key they see: (m, l, acc)."""
+                 k_scale, v_scale, KV_FORMAT: tl.constexpr, mask_ptr, mask_stride, CUSTOM_MASK: tl.constexpr,
+                 V_IN_K: tl.constexpr, NEW_V_IN_K: tl.constexpr):  # fmt: skip
+    """One online softmax of the block's rows over every key they see: (m, l, acc).
+    V_IN_K / NEW_V_IN_K: the pool's / the new tokens' V is their K rows' latent (`extend_tile`)."""
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_DV], dtype=tl.float32)
@@ -196,7 +224,7 @@ def attend_block(q, q_pe, offs_m, m0, m_last, prefix_len, q_start, kv_start, kv_
             kb_stride_s, vb_stride_s, sm_scale, offs_d, offs_dpe, offs_dv, d_mask, dpe_mask, dv_mask, BLOCK_N, True,
             WINDOW, True, BLOCK_D > HEAD_DIM, BLOCK_D + BLOCK_DPE > HEAD_DIM, BLOCK_DPE, BLOCK_DV != V_DIM, LOGIT_CAP,
             USE_DOT, DOT_FP32, INDEX_I64, LOAD_IGNORES_OTHER, SCREEN_HIDDEN, k_scale, v_scale, KV_FORMAT,
-            mask_ptr, mask_stride, False)  # fmt: skip
+            mask_ptr, mask_stride, False, V_IN_K)  # fmt: skip
     else:
         # Stream 1: the cached prefix, keys at positions 0 .. prefix_len - 1; query
         # row m sits at position prefix_len + m.
@@ -209,7 +237,7 @@ def attend_block(q, q_pe, offs_m, m0, m_last, prefix_len, q_start, kv_start, kv_
             kv_indices_ptr + kv_start, 0, k_buffer_ptr + kv_head * kb_stride_h, v_buffer_ptr + kv_head * vb_stride_h,
             kb_stride_s, vb_stride_s, sm_scale, offs_d, offs_dpe, offs_dv, d_mask, dpe_mask, dv_mask, BLOCK_N, False, WINDOW, True,
             BLOCK_D > HEAD_DIM, BLOCK_D + BLOCK_DPE > HEAD_DIM, BLOCK_DPE, BLOCK_DV != V_DIM, LOGIT_CAP, USE_DOT, DOT_FP32, INDEX_I64, LOAD_IGNORES_OTHER, SCREEN_HIDDEN,
-            k_scale, v_scale, KV_FORMAT, mask_ptr, mask_stride, False)  # fmt: skip
+            k_scale, v_scale, KV_FORMAT, mask_ptr, mask_stride, False, V_IN_K)  # fmt: skip
 
         # Stream 2: the new tokens themselves, causal: key n (at prefix_len + n) is
         # seen by rows m >= n; keys up to m0 by the whole block; none past m_last.
@@ -225,7 +253,7 @@ def attend_block(q, q_pe, offs_m, m0, m_last, prefix_len, q_start, kv_start, kv_
             k_extend_ptr + kv_head * ke_stride_h, v_extend_ptr + kv_head * ve_stride_h, ke_stride_t, ve_stride_t,
             sm_scale, offs_d, offs_dpe, offs_dv, d_mask, dpe_mask, dv_mask, BLOCK_N, True, WINDOW, False, BLOCK_D > HEAD_DIM, BLOCK_D + BLOCK_DPE > HEAD_DIM, BLOCK_DPE,
             BLOCK_DV != V_DIM, LOGIT_CAP, USE_DOT, DOT_FP32, INDEX_I64, LOAD_IGNORES_OTHER, SCREEN_HIDDEN, 1.0, 1.0,
-            0, mask_ptr, mask_stride, CUSTOM_MASK)  # fmt: skip  (the new tokens' K/V arrive in the compute dtype: KV_FORMAT 0)
+            0, mask_ptr, mask_stride, CUSTOM_MASK, NEW_V_IN_K)  # fmt: skip  (the new tokens' K/V arrive in the compute dtype: KV_FORMAT 0)
 
     return m_i, l_i, acc
 
@@ -276,6 +304,8 @@ def extend_kernel(
     SCREEN_INLINE: tl.constexpr,
     KV_FORMAT: tl.constexpr,
     CUSTOM_MASK: tl.constexpr,
+    V_IN_K: tl.constexpr,
+    NEW_V_IN_K: tl.constexpr,
 ):
     b = tl.program_id(0)
     head = tl.program_id(1)
@@ -336,7 +366,8 @@ def extend_kernel(
         v_buffer_ptr, kv_indices_ptr, ke_stride_t, ke_stride_h, ve_stride_t, ve_stride_h, kb_stride_s, kb_stride_h,
         vb_stride_s, vb_stride_h, sm_scale, offs_d, offs_dpe, offs_dv, d_mask, dpe_mask, dv_mask, HEAD_DIM, V_DIM,
         BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DPE, BLOCK_DV, LOGIT_CAP, WINDOW, USE_DOT, DOT_FP32, INDEX_I64, LOAD_IGNORES_OTHER,
-        UNIFIED, SCREEN_INLINE, k_scale, v_scale, KV_FORMAT, mask_base, mask_stride, CUSTOM_MASK)  # fmt: skip
+        UNIFIED, SCREEN_INLINE, k_scale, v_scale, KV_FORMAT, mask_base, mask_stride, CUSTOM_MASK, V_IN_K,
+        NEW_V_IN_K)  # fmt: skip
     if not SCREEN_INLINE:
         row_sums = tl.sum(acc, 1)
         if tl.max(tl.where(m_mask & (row_sums != row_sums), 1, 0), 0) > 0:
@@ -346,7 +377,7 @@ def extend_kernel(
                 kb_stride_s, kb_stride_h, vb_stride_s, vb_stride_h, sm_scale, offs_d, offs_dpe, offs_dv, d_mask,
                 dpe_mask, dv_mask, HEAD_DIM, V_DIM, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DPE, BLOCK_DV, LOGIT_CAP, WINDOW,
                 USE_DOT, DOT_FP32, INDEX_I64, LOAD_IGNORES_OTHER, UNIFIED, True, k_scale, v_scale, KV_FORMAT,
-                mask_base, mask_stride, CUSTOM_MASK)  # fmt: skip
+                mask_base, mask_stride, CUSTOM_MASK, V_IN_K, NEW_V_IN_K)  # fmt: skip
 
     out = finish_rows(acc, l_i)
     tl.store(o_ptr + rows[:, None] * o_stride_t + head * o_stride_h + offs_dv[None, :], out.to(o_ptr.dtype.element_ty),
@@ -354,7 +385,7 @@ def extend_kernel(
 
 
 def _launch_plan(config, dtype, head_dim, v_dim, group, formulation, logit_cap, window, index_i64, unified, fmt=0,
-                 custom_mask=False):  # fmt: skip
+                 custom_mask=False, v_in_k=False, new_v_in_k=False):  # fmt: skip
     """(plan, extend_kernel's constexprs in signature order: `ops.launch`)
     of a shape class."""
     if config is None:
@@ -374,49 +405,22 @@ def _launch_plan(config, dtype, head_dim, v_dim, group, formulation, logit_cap, 
     plan = attention_plan(OP, config, dtype, head_dim, v_dim, group, formulation)
     if fmt and config.get("FP8_KV_BLOCK_N"):  # the decoded fp8 tiles need registers of their own
         plan = dataclasses.replace(plan, block_n=max(int(config["FP8_KV_BLOCK_N"]), 16 if plan.use_dot else 1))
+    # V from the loaded K tile only where that tile is exactly V's (the latent
+    # head tile of a split MLA head dim, no padding), as decode does.
+    latent = plan.block_d == plan.block_dv == v_dim
     constexprs = constexpr_args(
         extend_kernel, GROUP=group, HEAD_DIM=head_dim, V_DIM=v_dim, BLOCK_M=plan.block_m, BLOCK_N=plan.block_n,
         BLOCK_D=plan.block_d, BLOCK_DPE=plan.block_dpe, BLOCK_DV=plan.block_dv, LOGIT_CAP=logit_cap, WINDOW=window,
         USE_DOT=plan.use_dot, DOT_FP32=plan.dot_fp32, INDEX_I64=index_i64, LOAD_IGNORES_OTHER=plan.load_ignores_other,
         UNIFIED=unified, SCREEN_INLINE=not plan.use_dot or plan.block_d + plan.block_dpe > 256,
-        KV_FORMAT=fmt, CUSTOM_MASK=custom_mask)  # fmt: skip
+        KV_FORMAT=fmt, CUSTOM_MASK=custom_mask, V_IN_K=v_in_k and latent,
+        NEW_V_IN_K=new_v_in_k and latent and not unified)  # fmt: skip
     return plan, constexprs
 
 
 @plan_cache
 def _cached_launch_plan(*args) -> tuple[AttentionPlan, tuple]:
     return _launch_plan(None, *args)
-
-
-def _validate(q, k, v, o, k_buffer, v_buffer, qo_indptr, kv_indptr, kv_indices, max_len_extend, unified_kv):
-    for name, t in (("q_extend", q), ("k_extend", k), ("v_extend", v), ("o_extend", o)):
-        require_tensor(OP, name, t, ndim=3)
-    for name, t in (("qo_indptr", qo_indptr), ("kv_indptr", kv_indptr), ("kv_indices", kv_indices)):
-        require_tensor(OP, name, t, dtypes=INDEX_DTYPES, ndim=1)
-    group = check_kv_pool(OP, q.shape[1], q.shape[2], k_buffer, v_buffer, "q_extend")
-    require_same(OP, "dtypes", q_extend=q.dtype, k_extend=k.dtype, v_extend=v.dtype, o_extend=o.dtype)
-    check_pool_dtypes(OP, q.dtype, k_buffer, v_buffer)
-    require_same(OP, "k_extend's shape and (tokens, kv heads, head dim)", k_extend=tuple(k.shape),
-                 expected=(q.shape[0], k_buffer.shape[1], k_buffer.shape[2]))
-    require_same(OP, "v_extend's shape and (tokens, kv heads, v head dim)", v_extend=tuple(v.shape),
-                 expected=(q.shape[0], v_buffer.shape[1], v_buffer.shape[2]))
-    require_same(OP, "o_extend's shape and (tokens, q heads, v head dim)", o_extend=tuple(o.shape),
-                 expected=(q.shape[0], q.shape[1], v_buffer.shape[2]))
-    require_same_device(OP, q_extend=q, k_extend=k, v_extend=v, o_extend=o, k_buffer=k_buffer, v_buffer=v_buffer,
-                        qo_indptr=qo_indptr, kv_indptr=kv_indptr, kv_indices=kv_indices)
-    batch = qo_indptr.numel() - 1
-    if batch < 0:
-        raise ValueError(f"{OP}: qo_indptr must have batch + 1 entries, got none")
-    qo = check_indptr(OP, "qo_indptr", qo_indptr, batch, q.shape[0], "the token count of q_extend")
-    longest = int((qo[1:] - qo[:-1]).max()) if batch else 0
-    if longest > max_len_extend:
-        raise ValueError(f"{OP}: max_len_extend = {max_len_extend} but a request extends by {longest} tokens")
-    kv = check_indptr(OP, "kv_indptr", kv_indptr, batch, kv_indices.numel(), "len(kv_indices)")
-    if unified_kv and batch and bool(((kv[1:] - kv[:-1]) < (qo[1:] - qo[:-1])).any()):
-        raise ValueError(f"{OP}: unified_kv: kv_indices must list every request's whole sequence, "
-                         "but a request has fewer keys than new tokens")  # fmt: skip
-    check_slots(OP, "kv_indices", kv_indices, k_buffer.shape[0], int(kv[-1]))
-    return group, batch, qo, kv
 
 
 def extend_attention(
@@ -485,7 +489,7 @@ def extend_attention(
     masked = mask_mode(OP, custom_mask, mask_indptr, sliding_window, unified_kv)
     if checked_mode(check):
         max_len_extend = require_number(OP, "max_len_extend", max_len_extend, minimum=0, integer=True)
-        group, batch, qo, kv = _validate(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer,
+        group, batch, qo, kv = validate(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer,
                                          qo_indptr, kv_indptr, kv_indices, max_len_extend, unified_kv)  # fmt: skip
         if masked:
             check_custom_mask(OP, custom_mask, mask_indptr, q_extend, batch, qo, kv)
@@ -515,7 +519,7 @@ def extend_attention(
     v_dim = v_buffer.shape[2]
     shape_class = (q_extend.dtype, head_dim, v_dim, group, formulation, logit_cap, window,
                    needs_int64(k_buffer, v_buffer, k_extend, v_extend), bool(unified_kv), kv_format(k_buffer.dtype),
-                   masked)  # fmt: skip
+                   masked, *latent_flags(k_buffer, v_buffer, k_extend, v_extend))  # fmt: skip
     plan, constexprs = _cached_launch_plan(*shape_class) if config is None else _launch_plan(config, *shape_class)
     # unified: a request's new tokens may start mid-block, one block more
     row_blocks = cdiv(max_len_extend, plan.block_m) + (1 if unified_kv else 0)

@@ -117,9 +117,14 @@ def extend_attention_case(shape, dtype, device) -> OpCase:
     prefix = shape.get("prefix_lens") or [shape["prefix_len"]] * shape["batch"]
     extend = shape.get("extend_lens") or [shape["extend_len"]] * shape["batch"]
     q_heads, kv_heads, head_dim = shape["q_heads"], shape["kv_heads"], shape["head_dim"]
-    e = extend_batch(prefix, extend, q_heads=q_heads,
-                     kv_heads=kv_heads, head_dim=head_dim, dtype=dtype, device=device,
-                     page_size=shape.get("page_size", 1))  # fmt: skip
+    v_dim = shape.get("v_head_dim", head_dim)
+    e = extend_batch(prefix, extend, q_heads=q_heads, kv_heads=kv_heads, head_dim=head_dim, v_head_dim=v_dim,
+                     dtype=dtype, device=device, page_size=shape.get("page_size", 1))  # fmt: skip
+    if v_dim < head_dim:  # MLA: V is the latent part of K's rows (pool and new tokens), as SGLang's plugin passes it
+        e.pool.v_buffer, e.v_extend = e.pool.k_buffer[..., :v_dim], e.k_extend[..., :v_dim]
+    elif v_dim != head_dim:
+        raise ValueError(f"extend_attention: v_head_dim {v_dim} above head_dim {head_dim} is not a shape it benches")
+    v_row = 0 if v_dim < head_dim else v_dim
     args = e.args()
     tokens = sum(e.extend_lens)
     cached = sum(e.pool.lens)
@@ -129,7 +134,8 @@ def extend_attention_case(shape, dtype, device) -> OpCase:
         run=lambda config: extend_attention(*args, check=False, config=config, **masks),
         reference=lambda: reference.extend_attention(*e.args(), **masks),
         dims={"head_dim": head_dim, "group": q_heads // kv_heads},
-        bytes_moved=(cached * kv_heads * 2 + tokens * (2 * q_heads + 2 * kv_heads)) * head_dim * _elt(dtype),
+        bytes_moved=((cached + tokens) * kv_heads * (head_dim + v_row) + tokens * q_heads * (head_dim + v_dim))
+        * _elt(dtype),
         flops=4 * causal_pairs * q_heads * head_dim,
         # SGLang's extend takes (logit_cap, sliding_window, custom_mask, mask_indptr) next
         args=args + ((0.0, None, masks["custom_mask"], masks["mask_indptr"]) if masks else ()),
@@ -157,8 +163,10 @@ def decode_shapes(preset, quick):
 
 
 def extend_shapes(preset, quick):
-    # custom_mask: target verify's tree mask (``--shape custom_mask=1``, `verify_mask`)
-    return [{"batch": b, "prefix_len": p, "extend_len": e, **_heads(preset, quick), "custom_mask": False}
+    # custom_mask: target verify's tree mask (``--shape custom_mask=1``, `verify_mask`); v_head_dim
+    # as decode's (MLA: ``--shape head_dim=576 --shape v_head_dim=512``)
+    v_dim = {} if quick else {"v_head_dim": preset.head_dim}
+    return [{"batch": b, "prefix_len": p, "extend_len": e, **_heads(preset, quick), **v_dim, "custom_mask": False}
             for b in ([1, 2] if quick else [1, 8]) for p in ([0, 64] if quick else [0, 4096])
             for e in ([32] if quick else [512, 2048])]  # fmt: skip
 
@@ -239,6 +247,21 @@ def extend_attention_kernels(shape, dtype, config):
                                                        kv_indices, max(extend), head_dim**-0.5, check=False,
                                                        config=config, **masks))  # fmt: skip
     return with_loop_items(specs, {"extend_kernel": "BLOCK_N"})
+
+
+def extend_attention_traffic(shape, dtype) -> int:
+    """Bytes one call moves from L2 into its programs as the active target's
+    config tiles it (`extend_inputs.extend_traffic`; MLA's latent once where
+    the launch takes V from K)."""
+    from .extend_inputs import extend_traffic
+
+    [spec] = extend_attention_kernels(shape, dtype, None)
+    c = spec.constexprs
+    prefix = shape.get("prefix_lens") or [shape["prefix_len"]] * shape["batch"]
+    extend = shape.get("extend_lens") or [shape["extend_len"]] * shape["batch"]
+    return extend_traffic(prefix, extend, shape["q_heads"], shape["head_dim"], shape.get("v_head_dim", shape["head_dim"]),
+                          _elt(dtype), c["BLOCK_M"], kv_elt=_elt(_pool_dtype(shape, dtype)), v_in_k=c["V_IN_K"],
+                          new_v_in_k=c["NEW_V_IN_K"])  # fmt: skip
 
 
 def decode_split_counts(shape, dtype):
@@ -373,7 +396,7 @@ SPECS = [
               "custom_mask": True}, torch.float16)),  # target verify
            extend_shapes, bench_dtype=torch.float16, tune_candidates=extend_candidates,
            tune_shapes=extend_tune_shapes, tune_keep=extend_keep, tolerance_scale=2, x_axis="prefix_len",
-           kernels=extend_attention_kernels,
+           kernels=extend_attention_kernels, traffic=extend_attention_traffic,
            config_keys={"formulation": FORMULATION, "BLOCK_M": TILE, "BLOCK_N": TILE, "FP8_KV_BLOCK_N": TILE,
                         "VERIFY_BLOCK_M": TILE, "VERIFY_BLOCK_N": TILE, "VERIFY_NUM_WARPS": TILE},
            function=extend_attention, lookup_dims=("head_dim", "group"), generation_shapes=extend_generation_shapes),

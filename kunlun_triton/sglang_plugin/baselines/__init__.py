@@ -33,9 +33,9 @@ def inspect_baselines() -> dict:
 def traffic_baselines() -> dict:
     """``{op: fn(shape, dtype) -> bytes}``: what one call of SGLang's kernels
     for the op moves, as its backend splits the work on an H200."""
-    from .attention import decode_inspect_traffic
+    from .attention import decode_inspect_traffic, extend_inspect_traffic
 
-    return {"decode_attention": decode_inspect_traffic}
+    return {"decode_attention": decode_inspect_traffic, "extend_attention": extend_inspect_traffic}
 
 
 def programs_baselines() -> dict:

@@ -187,13 +187,17 @@ def extend_inspect_specs(shape, dtype):
     prefix = shape.get("prefix_lens") or [shape["prefix_len"]] * shape["batch"]
     extend = shape.get("extend_lens") or [shape["extend_len"]] * shape["batch"]
     q_heads, kv_heads, head_dim = shape["q_heads"], shape["kv_heads"], shape["head_dim"]
+    v_dim = shape.get("v_head_dim", head_dim)
     tokens, cached = sum(extend), sum(prefix)
-    q, o = _meta(tokens, q_heads, head_dim, dtype=dtype), _meta(tokens, q_heads, head_dim, dtype=dtype)
-    k, v = _meta(tokens, kv_heads, head_dim, dtype=dtype), _meta(tokens, kv_heads, head_dim, dtype=dtype)
+    q, o = _meta(tokens, q_heads, head_dim, dtype=dtype), _meta(tokens, q_heads, v_dim, dtype=dtype)
     slots = cached + tokens + shape.get("page_size", 1)
-    k_buffer, v_buffer = _meta(slots, kv_heads, head_dim, dtype=dtype), _meta(slots, kv_heads, head_dim, dtype=dtype)
+    k, k_buffer = _meta(tokens, kv_heads, head_dim, dtype=dtype), _meta(slots, kv_heads, head_dim, dtype=dtype)
+    if v_dim < head_dim:  # MLA: its model passes k_nope (a copy) and its pool the latent view; V loaded either way
+        v, v_buffer = _meta(tokens, kv_heads, v_dim, dtype=dtype), k_buffer[..., :v_dim]
+    else:
+        v, v_buffer = _meta(tokens, kv_heads, v_dim, dtype=dtype), _meta(slots, kv_heads, v_dim, dtype=dtype)
     qo_indptr, kv_indptr = _meta(len(extend) + 1, dtype=torch.int32), _meta(len(prefix) + 1, dtype=torch.int32)
-    kv_indices = _meta(cached, dtype=torch.int32)
+    kv_indices = _meta(cached, dtype=torch.int64)  # its backend's dtype
     masks = verify_mask(prefix, extend, "meta", meta=True) if shape.get("custom_mask") else (None, None)
     run = sglang_extend(q, k, v, o, k_buffer, v_buffer, qo_indptr, kv_indptr, kv_indices, max(extend), head_dim**-0.5,
                         custom_mask=masks[0], mask_indptr=masks[1])  # fmt: skip
@@ -263,6 +267,21 @@ def decode_inspect_traffic(shape, dtype) -> int:
     v_dim = shape.get("v_head_dim", head_dim)  # MLA: has_mla takes V from the loaded K tile
     return decode_traffic(lens, q_heads, kv_heads, head_dim, v_dim, elt, used, v_in_k=_mla_shape(shape),
                           index_elt=8)  # its int64 kv_indices  # fmt: skip
+
+
+def extend_inspect_traffic(shape, dtype) -> int:
+    """Bytes one SGLang extend call moves from L2 into its programs
+    (`extend_inputs.extend_traffic` at its BLOCK_M for the active target): its
+    kernel loads V's tile next to K's, MLA's latent included, and reads int64
+    kv_indices."""
+    from kunlun_triton.ops.attention.extend_inputs import extend_traffic
+
+    prefix = shape.get("prefix_lens") or [shape["prefix_len"]] * shape["batch"]
+    extend = shape.get("extend_lens") or [shape["extend_len"]] * shape["batch"]
+    block_m = extend_inspect_specs(shape, dtype)[0].constexprs["BLOCK_M"]
+    elt = torch.empty((), dtype=dtype).element_size()
+    return extend_traffic(prefix, extend, shape["q_heads"], shape["head_dim"], shape.get("v_head_dim", shape["head_dim"]),
+                          elt, block_m, index_elt=8)  # fmt: skip
 
 
 def decode_launcher_call(shape, dtype, device):

@@ -30,3 +30,34 @@ def test_extend_matches_sglang(formulation, kv_heads, group, head_dim, window):
     ours = extend_attention(*b.args(), sliding_window=window, formulation=formulation)
     theirs = sglang_extend(*b.args(), sliding_window=window)()
     assert_close(ours, theirs, scale=2)
+
+
+@pytest.mark.parametrize("formulation", ["dot", "sum"])
+def test_mla_extend_matches_sglang(formulation):
+    """MLA (one latent head of 64 + 16 rope, V the latent): ours takes V from
+    the K tile (the pool's latent view, the new tokens' too), SGLang's
+    extend loads it (its model passes k_nope, a copy): same answers."""
+    latent = 64
+    b = extend_batch([20, 0, 33], [9, 16, 5], q_heads=8, kv_heads=1, head_dim=latent + 16, v_head_dim=latent,
+                     dtype=torch.float16, device=DEVICE, page_size=16, seed=24)  # fmt: skip
+    b.pool.v_buffer = b.pool.k_buffer[..., :latent]
+    nope = b.k_extend[..., :latent].clone()
+    b.v_extend = b.k_extend[..., :latent]
+    ours = extend_attention(*b.args(), formulation=formulation)
+    b.v_extend = nope
+    theirs = sglang_extend(*b.args())()
+    assert_close(ours, theirs, scale=2)
+
+
+def test_the_plugin_passes_mla_v_as_the_latent_view_and_checks_it():
+    from kunlun_triton.ops.attention.shared import latent_view
+    from kunlun_triton.sglang_plugin.attention import _latent_of
+
+    k = torch.randn(6, 1, 80)
+    k[2, 0, 3] = float("nan")
+    v = _latent_of(k, k[..., :64].clone(), check=True)
+    assert latent_view(k, v) and torch.equal(v.nan_to_num(), k[..., :64].nan_to_num())
+    other = k[..., :64].clone()
+    other[4, 0, 7] += 1
+    with pytest.raises(ValueError, match="MLA extend: v_extend is not k_extend"):
+        _latent_of(k, other, check=True)
