@@ -191,8 +191,9 @@ def _hook_spec_tree() -> None:
 def _hook_ngram_tree() -> None:
     from .ngram import RECONSTRUCT_HOOK, import_reconstruct_tree, reconstruct_tree_triton
 
-    if import_reconstruct_tree() is None:
-        return  # SGLang 0.5.21 has no reconstruct_tree module: left as it is
+    module = import_reconstruct_tree()
+    if not hasattr(module, RECONSTRUCT_HOOK.rsplit(".", 1)[1]):
+        return  # SGLang 0.5.21: no dispatcher there (its NGRAM worker picks the op itself): left as it is
     _hook(RECONSTRUCT_HOOK, reconstruct_tree_triton, "AROUND")
 
 

@@ -47,11 +47,12 @@ def _reconstruct_via_triton(*args, **kwargs):
 
 
 def import_reconstruct_tree():
-    """SGLang's ``reconstruct_tree`` module, or None where this SGLang has none
-    (0.5.21 keeps the op elsewhere). A plain import first; where it fails on
-    ``sgl_kernel`` (not installed, or a CUDA build without libcuda), again with
-    ``sgl_kernel.speculative`` standing for that one op during the import only,
-    then removed: ``import sgl_kernel`` keeps failing as before."""
+    """SGLang's ``reconstruct_tree`` module, or None where this SGLang has none.
+    A plain import first; where it fails on ``sgl_kernel`` (not installed, or
+    a CUDA build without libcuda), again with ``sgl_kernel.speculative``
+    standing for that one op during the import only, then removed: ``import
+    sgl_kernel`` keeps failing as before. (SGLang 0.5.21's module imports
+    plainly but has no dispatcher: install.py leaves it alone.)"""
     try:
         return importlib.import_module(RECONSTRUCT_MODULE)
     except ModuleNotFoundError as err:
