@@ -188,6 +188,15 @@ def _hook_spec_tree() -> None:
     _hook(TREE_VERIFY_HOOK, verify_tree_greedy_triton, "AROUND")
 
 
+def _hook_ngram_tree() -> None:
+    from .ngram import RECONSTRUCT_HOOK, import_reconstruct_tree, reconstruct_tree_triton
+
+    module = import_reconstruct_tree()
+    if not hasattr(module, RECONSTRUCT_HOOK.rsplit(".", 1)[1]):
+        return  # SGLang 0.5.21: no dispatcher there (its NGRAM worker picks the op itself): left as it is
+    _hook(RECONSTRUCT_HOOK, reconstruct_tree_triton, "AROUND")
+
+
 def _hook_collectives() -> None:
     from .collectives import COORDINATOR, HOOKS
 
@@ -253,6 +262,11 @@ TOUCHPOINTS = (
                "spec_tree.build_tree_kernel_efficient_func, spec_tree.verify_tree_greedy_func (AROUND)",
                "SGLang's portable Triton tree builder and greedy tree walk (its XPU path; in-tree refuses "
                "out-of-tree platforms)", "platform", _hook_spec_tree),
+    Touchpoint("NGRAM tree bookkeeping", "hook",
+               "reconstruct_tree.reconstruct_indices_from_tree_mask_func (AROUND; the module imported with an "
+               "import-time stand-in for sgl_kernel.speculative where sgl_kernel cannot load)",
+               "SGLang's Triton reconstruct_indices_from_tree_mask_triton (its XPU path): draft positions and "
+               "tree links from the n-gram tree mask", "platform", _hook_ngram_tree),
     Touchpoint("request guard", "hook",
                "io_struct.GenerateReqInput.normalize_batch_and_arguments, "
                "TokenizerManager._validate_one_request (BEFORE)",

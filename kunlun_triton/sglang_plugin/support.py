@@ -45,27 +45,6 @@ def _speculative(args, config):
     return f"speculative decoding (--speculative-algorithm {algo})"
 
 
-def ngram_tree_op_importable() -> bool:
-    """SGLang 0.5.23's NGRAM worker imports its verify-tree op at import time
-    (``kernels/ops/speculative/reconstruct_tree.py``): the CUDA/HIP JIT module
-    when torch reports a GPU (a Kunlun vendor torch does), else the compiled
-    ``sgl_kernel.speculative`` op, which needs sgl_kernel's CPU build (a
-    CUDA wheel without libcuda fails to load)."""
-    try:
-        import sglang.kernels.ops.speculative.reconstruct_tree  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-def _ngram_without_tree_op(args, config):
-    from .speculative import algorithm_name
-
-    if algorithm_name(getattr(args, "speculative_algorithm", None)) != "NGRAM" or ngram_tree_op_importable():
-        return None
-    return "NGRAM speculative decoding here (SGLang's NGRAM worker cannot import its tree op: no sgl_kernel build)"
-
-
 FP8_KV_CACHE_DTYPES = ("fp8_e4m3", "fp8_e5m2")  # decoded with integer ops: every target serves them
 
 
@@ -104,9 +83,6 @@ UNSUPPORTED = (
     Unsupported("other speculative algorithms", _speculative,
                 "use --speculative-algorithm EAGLE, EAGLE3, STANDALONE or NGRAM (the algorithms the kunlun_triton "
                 "attention backend verifies), or drop --speculative-algorithm"),
-    Unsupported("NGRAM without SGLang's tree op", _ngram_without_tree_op,
-                "use --speculative-algorithm STANDALONE or EAGLE here, or NGRAM on a card (or with sgl_kernel's "
-                "CPU build installed)"),
     Unsupported("quantized KV cache other than fp8", _quantized_kv,
                 "use --kv-cache-dtype auto (the KV cache in the model's dtype), fp8_e4m3 or fp8_e5m2"),
     Unsupported("sparse MLA (DSA)", _sparse_mla,

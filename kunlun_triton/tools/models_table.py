@@ -19,7 +19,8 @@ import re
 _BEGIN_PREFIX = "<!-- supported-models:begin"
 BEGIN = (_BEGIN_PREFIX + " (generated: KUNLUN_TRITON_UPDATE_README=1 pytest "
          "tests/sglang_plugin/test_sglang_engine_matrix.py tests/sglang_plugin/test_sglang_w8a8_int8.py "
-         "tests/sglang_plugin/test_sglang_fp8_kv.py) -->")  # fmt: skip
+         "tests/sglang_plugin/test_sglang_fp8_kv.py tests/sglang_plugin/test_sglang_speculative.py "
+         "tests/sglang_plugin/test_sglang_speculative_ngram.py) -->")  # fmt: skip
 END = "<!-- supported-models:end -->"
 # The rows after the matrix's (first cell -> the test that writes it): quantized serving on the
 # engines those tests start for their own checks (no engine start of their own).
@@ -28,6 +29,14 @@ QUANTIZED = {
     "Qwen3MoeForCausalLM, W8A8-INT8": "tests/sglang_plugin/test_sglang_w8a8_int8.py",
     "LlamaForCausalLM, KV cache fp8_e4m3": "tests/sglang_plugin/test_sglang_fp8_kv.py",
 }
+# Then speculative decoding's rows, on the engines of the speculative tests.
+SPECULATIVE = {
+    "LlamaForCausalLM, STANDALONE": "tests/sglang_plugin/test_sglang_speculative.py",
+    "LlamaForCausalLM, NGRAM": "tests/sglang_plugin/test_sglang_speculative_ngram.py",
+    "Qwen3ForCausalLM, STANDALONE": "tests/sglang_plugin/test_sglang_speculative_ngram.py",
+    "Qwen3ForCausalLM, NGRAM": "tests/sglang_plugin/test_sglang_speculative_ngram.py",
+}
+AFTER_MATRIX = {**QUANTIZED, **SPECULATIVE}
 HEADER = (
     "| Architecture | Served end to end | Greedy tokens equal to | Our ops that ran | Refused at start-up |\n"
     "|---|---|---|---|---|"
@@ -88,9 +97,10 @@ def with_row(text: str, architecture: str, row: str, order: list[str]) -> str:
 
 
 def row_order(text: str, architecture: str) -> list[str]:
-    """The table's rows in order with `architecture` added: the matrix's rows, then `QUANTIZED`'s."""
+    """The table's rows in order with `architecture` added: the matrix's rows, then `QUANTIZED`'s,
+    then `SPECULATIVE`'s."""
     keys = list(dict.fromkeys([*table_rows(text), architecture]))
-    return [k for k in keys if k not in QUANTIZED] + [k for k in QUANTIZED if k in keys]
+    return [k for k in keys if k not in AFTER_MATRIX] + [k for k in AFTER_MATRIX if k in keys]
 
 
 def notes_in(text: str) -> str:

@@ -12,10 +12,10 @@ Engines (each start is about a minute on 2 cores):
 - EAGLE, topk 2, page size 1, a random draft head built locally
   (kt_speculative.py): a tree verified with its mask, drafts mostly
   rejected (the repair path), the draft decode over two branches.
-NGRAM cannot run here (SGLang's worker needs sgl_kernel's compiled tree op):
-a test shows why and that the platform refuses it at start-up. Backend
-level: target verify with random tree masks against attention written out
-in torch.
+NGRAM: test_sglang_speculative_ngram.py. The STANDALONE engine writes the
+"LlamaForCausalLM, STANDALONE" row of docs/models.md (kt_models_table).
+Backend level: target verify with random tree masks against attention
+written out in torch.
 """
 
 from __future__ import annotations
@@ -76,9 +76,14 @@ def hf(hf_llama):
 
 
 def test_standalone_chain_is_lossless_and_accepts_drafts(tiny_llama, hf, engines):
+    from kt_models_table import check_or_write_row, kernels_since, op_calls, refusals
+
+    from kunlun_triton.sglang_plugin.report import engine_dispatch_report
+
     engine = engines.get(tiny_llama, page_size=16, chunked_prefill_size=CHUNK, speculative_algorithm="STANDALONE",
                          speculative_draft_model_path=tiny_llama, speculative_num_steps=3,
                          speculative_eagle_topk=1, speculative_num_draft_tokens=4)  # fmt: skip
+    before = op_calls(engine_dispatch_report(engine)[0]["ops"])
     outs = _lossless(engine, hf, page=16)
     # the draft is the target: its greedy drafts are accepted (4 per verify but at the ends)
     assert _accept_length(outs) > 2.0
@@ -87,25 +92,12 @@ def test_standalone_chain_is_lossless_and_accepts_drafts(tiny_llama, hf, engines
     assert "extend_attention(custom_mask)" not in phases["target_verify"]["ops"]
     assert phases["draft_extend"]["ops"]["extend_attention"] > 0
     assert phases["draft_decode"]["ops"]["decode_attention"] > 0
-
-
-def test_ngram_needs_sglangs_compiled_tree_op_and_is_refused_without_it(tmp_path):
-    """Why NGRAM does not run in development mode: SGLang 0.5.23's NGRAM worker
-    imports its tree op (sgl_kernel's compiled build, or the CUDA JIT module)
-    at import time; the CUDA wheel here has no libcuda. The platform refuses
-    it at start-up naming the reason (instead of a scheduler crash)."""
-    import json
-    from types import SimpleNamespace
-
-    from kunlun_triton.sglang_plugin.support import UnsupportedFeature, check_support, ngram_tree_op_importable
-
-    assert not ngram_tree_op_importable()
-    with pytest.raises(ImportError, match="common_ops|libcuda|sgl_kernel"):
-        import sglang.srt.speculative.ngram_worker  # noqa: F401
-    (tmp_path / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"]}))
-    args = SimpleNamespace(model_path=str(tmp_path), speculative_algorithm="NGRAM", kv_cache_dtype="auto")
-    with pytest.raises(UnsupportedFeature, match=r"LlamaForCausalLM .*NGRAM.*sgl_kernel.*STANDALONE or EAGLE"):
-        check_support(args, ours=True)
+    check_or_write_row({"architecture": "LlamaForCausalLM, STANDALONE",
+                        "served": "2 layers, TP 1, `--speculative-algorithm STANDALONE` (the target as its draft, "
+                                  "3 steps, topk 1), page size 16, radix cache + chunked prefill",
+                        "oracle": "HF transformers",
+                        "ops": kernels_since(engine_dispatch_report(engine)[0]["ops"], before),
+                        "refused": refusals(tiny_llama, moe=False)})  # fmt: skip
 
 
 def test_eagle_tree_with_a_random_head_is_lossless(tiny_llama, hf, engines, model_root):
