@@ -73,6 +73,22 @@ def import_reconstruct_tree():
             del sys.modules[_SGL_KERNEL_OP]
 
 
+def worker_imports() -> bool:
+    """Whether SGLang's NGRAM worker can import its tree op here: through the
+    dispatcher this module routes (SGLang 0.5.22+), or, where the SGLang has
+    none (0.5.21's worker imports ``sgl_kernel.speculative`` itself off CUDA /
+    XPU), from an ``sgl_kernel`` that loads. `support.py` refuses NGRAM at
+    start-up where neither holds."""
+    module = import_reconstruct_tree()
+    if module is not None and hasattr(module, "reconstruct_indices_from_tree_mask_func"):
+        return True
+    try:
+        importlib.import_module(_SGL_KERNEL_OP)
+    except Exception:  # not installed, or a CUDA build that cannot load here
+        return False
+    return True
+
+
 def reconstruct_tree_triton(original, tree_mask, verified_seq_len, positions, retrieve_index, retrieve_next_token,
                             retrieve_next_sibling, batch_size, draft_token_num):  # fmt: skip
     """AROUND hook on ``reconstruct_indices_from_tree_mask_func``: SGLang's

@@ -45,6 +45,15 @@ def _speculative(args, config):
     return f"speculative decoding (--speculative-algorithm {algo})"
 
 
+def _ngram_without_tree_op(args, config):
+    from .ngram import worker_imports
+    from .speculative import algorithm_name
+
+    if algorithm_name(getattr(args, "speculative_algorithm", None)) != "NGRAM" or worker_imports():
+        return None
+    return "NGRAM speculative decoding on this SGLang (its NGRAM worker imports sgl_kernel's tree op, not installed here)"
+
+
 FP8_KV_CACHE_DTYPES = ("fp8_e4m3", "fp8_e5m2")  # decoded with integer ops: every target serves them
 
 
@@ -83,6 +92,9 @@ UNSUPPORTED = (
     Unsupported("other speculative algorithms", _speculative,
                 "use --speculative-algorithm EAGLE, EAGLE3, STANDALONE or NGRAM (the algorithms the kunlun_triton "
                 "attention backend verifies), or drop --speculative-algorithm"),
+    Unsupported("NGRAM on SGLang 0.5.21 without sgl_kernel", _ngram_without_tree_op,
+                "use SGLang 0.5.22 or newer (its tree op is routed to SGLang's Triton kernel), or "
+                "--speculative-algorithm STANDALONE or EAGLE"),
     Unsupported("quantized KV cache other than fp8", _quantized_kv,
                 "use --kv-cache-dtype auto (the KV cache in the model's dtype), fp8_e4m3 or fp8_e5m2"),
     Unsupported("sparse MLA (DSA)", _sparse_mla,

@@ -35,3 +35,28 @@ def test_plain_models_pass(tmp_path):
     check_support(_model(tmp_path, model_type="llama"), ours=True)
     check_support(SimpleNamespace(model_path="/no/such/dir", speculative_algorithm=None, kv_cache_dtype="bfloat16"),
                   ours=True)  # fmt: skip
+
+
+def test_ngram_is_refused_exactly_where_sglangs_ngram_worker_cannot_import(tmp_path):
+    """The oracle is SGLang's own NGRAM worker module: where it imports (with
+    the platform's tree-op routing, as install does), NGRAM starts; where it
+    cannot (SGLang 0.5.21 off CUDA without sgl_kernel), the start-up refusal
+    names NGRAM and what to use instead. CI runs this file on both ends of the
+    window."""
+    import importlib
+
+    from kunlun_triton.sglang_plugin.ngram import import_reconstruct_tree
+
+    import_reconstruct_tree()
+    try:
+        importlib.import_module("sglang.srt.speculative.ngram_worker")
+        imports = True
+    except ImportError:
+        imports = False
+    server_args = _model(tmp_path)
+    server_args.speculative_algorithm = "NGRAM"
+    if imports:
+        check_support(server_args, ours=True)
+    else:
+        with pytest.raises(UnsupportedFeature, match=r"NGRAM .*sgl_kernel.*0\.5\.22 or newer.*STANDALONE or EAGLE"):
+            check_support(server_args, ours=True)
