@@ -164,6 +164,9 @@ def _arg_key(value):
     raise _Plain
 
 
+_TRUE, _FALSE = object(), object()  # constexpr True / False in a key: apart from 1 / 0 and from any value
+
+
 def _constexpr_key(value):
     """A constexpr's key part that is not a plain int or bool: its type and
     value (-0.0 and 0.0 apart, as Triton's string key keeps them)."""
@@ -177,19 +180,22 @@ def _key_function(kernel):
     other than 1 its class and 16-divisibility inline, anything else
     `_arg_key` and None (the parts' kinds never mix across positions: a dtype,
     an int code, a type, a tuple). A constexpr: an int as is, else its type
-    and value. Raises TypeError for another argument count."""
+    and value (True / False as sentinels). Raises TypeError for another
+    argument count."""
     names = [f"a{i}" for i in range(len(kernel.params))]
     parts = []
     for name, param in zip(names, kernel.params):
         if param.is_constexpr:
-            parts.append(f"{name} if type({name}) is int else _constexpr_key({name})")  # 1 and True apart
+            parts.append(f"{name} if type({name}) is int else _TRUE if {name} is True else _FALSE if {name} is False "
+                         f"else _constexpr_key({name})")  # 1 and True apart  # fmt: skip
             continue
         parts.append(f"{name}.dtype if type({name}) is _Tensor else (2 | (not {name} & 15)) if type({name}) is int "
                      f"and {name} != 1 and -0x80000000 <= {name} <= 0x7FFFFFFF else _arg_key({name})")  # fmt: skip
         parts.append(f"(not {name}.data_ptr() & 15) if type({name}) is _Tensor else None")
     source = f"def key(device, knobs, keywords, {', '.join(names)}):\n    return (device, knobs, keywords, " \
              f"{', '.join(parts)})\n"  # fmt: skip
-    namespace = {"_Tensor": _Tensor, "_arg_key": _arg_key, "_constexpr_key": _constexpr_key}
+    namespace = {"_Tensor": _Tensor, "_arg_key": _arg_key, "_constexpr_key": _constexpr_key, "_TRUE": _TRUE,
+                 "_FALSE": _FALSE}  # fmt: skip
     exec(source, namespace)
     return namespace["key"]
 
