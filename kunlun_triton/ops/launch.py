@@ -26,6 +26,8 @@ Triton's binder (`run_kernel`, below).
 
 from __future__ import annotations
 
+import weakref
+
 import torch
 from triton import knobs as _knobs
 from triton.knobs import HookChain as _HookChain
@@ -97,7 +99,8 @@ _runtime_knobs, _compilation_knobs = _knobs.runtime, _knobs.compilation
 # raw value instead (equal raw values decode alike) and any value set in code.
 _FPSAN = "fpsan_homomorphic_casts"
 _HAS_FPSAN = _FPSAN in type(_compilation_knobs).__dict__
-_verified_run = None  # JITFunction.run, once its source matched
+_verified_run = None  # the last JITFunction.run whose source matched
+_RUN_CHECKS = weakref.WeakKeyDictionary()  # JITFunction.run functions seen -> verified
 _fast_driver = None  # the last driver seen whose target takes the fast path
 _DRIVERS: dict = {}  # id(driver) -> (driver, whether its target takes the fast path)
 
@@ -106,24 +109,26 @@ class _Plain(Exception):
     """An argument the cheap key does not classify: the launch takes Triton's path."""
 
 
-def _triton_run_verified():
-    """``JITFunction.run`` when its source is one `run_kernel` was checked
-    against, else None."""
+def _run_verified(current) -> bool:
+    """Whether `current` (``JITFunction.run`` now) is a launch path
+    `run_kernel` was checked against: its source hashes to one of
+    `VERIFIED_RUN_SOURCES`. Decided once per function object; a patched
+    ``run`` (another Triton, a profiler, `introspect.launches`' stubs at
+    run()) is not, and the launch takes it, until the original is back."""
     global _verified_run
-    import hashlib
-    import inspect
+    known = _RUN_CHECKS.get(current)
+    if known is None:
+        import hashlib
+        import inspect
 
-    original = _JITFunction.__dict__.get("run")
-    if original is None or original is _verified_run:
-        return original
-    try:
-        digest = hashlib.sha256(inspect.getsource(original).encode()).hexdigest()[:16]
-    except (OSError, TypeError):
-        return None
-    if digest not in VERIFIED_RUN_SOURCES:
-        return None
-    _verified_run = original
-    return original
+        try:
+            digest = hashlib.sha256(inspect.getsource(current).encode()).hexdigest()[:16]
+        except (OSError, TypeError):
+            digest = None
+        known = _RUN_CHECKS[current] = digest in VERIFIED_RUN_SOURCES
+    if known:
+        _verified_run = current
+    return known
 
 
 def _driver_allows(drv) -> bool:
@@ -207,7 +212,7 @@ class _FastKernel:
     __slots__ = ("off", "key", "param_names", "entries")
 
     def __init__(self, kernel):
-        self.off = type(kernel) is not _JITFunction or _triton_run_verified() is None
+        self.off = type(kernel) is not _JITFunction  # an interpreted kernel, or another launcher's
         self.key = None if self.off else _key_function(kernel)
         self.param_names = frozenset(() if self.off else kernel.arg_names)
         self.entries: dict = {}
@@ -240,13 +245,14 @@ def run_kernel(kernel, *args, grid, **keywords):
     state = kernel.__dict__.get(_STATE) or _state(kernel)
     drv = _driver._active
     enter, leave = _runtime_knobs.launch_enter_hook, _runtime_knobs.launch_exit_hook
-    if (state.off or _JITFunction.run is not _verified_run or type(grid) is not tuple
+    current = _JITFunction.run
+    if (state.off or (current is not _verified_run and not _run_verified(current)) or type(grid) is not tuple
             or keywords.get("warmup", True) is not False or (drv is not _fast_driver and not _driver_allows(drv))
             or type(enter) is not _HookChain or enter.calls or type(leave) is not _HookChain or leave.calls
             or kernel.pre_run_hooks or _runtime_knobs.add_stages_inspection_hook is not None):  # fmt: skip
         return kernel.run(*args, grid=grid, **keywords)
     device = drv.get_current_device()
-    knobs = (_runtime_knobs.debug, _compilation_knobs.instrumentation_mode,
+    knobs = (kernel.debug, _runtime_knobs.debug, _compilation_knobs.instrumentation_mode,
              (_compilation_knobs.__dict__.get(_FPSAN), raw_env_token("TRITON_FPSAN_HOMOMORPHIC_CASTS"))
              if _HAS_FPSAN else None)  # fmt: skip
     try:

@@ -22,7 +22,7 @@ import triton.language as tl
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kunlun_triton.introspect.launches import _StubDriver, stubbed_below_binder
+from kunlun_triton.introspect.launches import _StubDriver, record_launches, stubbed_below_binder
 from kunlun_triton.ops import launch
 from kunlun_triton.ops.launch import run_kernel
 from kunlun_triton.runtime import Target, targeting
@@ -35,6 +35,11 @@ def probe_kernel(t0, t1, i0, i1, i2, f0, b0, n0, C0: tl.constexpr, C1: tl.conste
 
 @triton.jit(do_not_specialize=["i1"], do_not_specialize_on_alignment=["t1"])
 def probe_flags_kernel(t0, t1, i0, i1, i2, f0, b0, n0, C0: tl.constexpr, C1: tl.constexpr):
+    tl.program_id(0)
+
+
+@triton.jit
+def probe_patched_kernel(t0, i0, C0: tl.constexpr):
     tl.program_id(0)
 
 
@@ -239,6 +244,13 @@ def hooks_and_patches() -> dict:
         before = counter.get("probe_kernel", 0)
         run_kernel(probe_kernel, *args, grid=lambda meta: (1,), warmup=False)
         out["callable_grid"] = counter.get("probe_kernel", 0) - before
+    # first seen while JITFunction.run is patched (a stub at run()): plain then, fast once it is back
+    stubbed = record_launches(lambda: run_kernel(probe_patched_kernel, BUFFER, 16, 4, grid=(1,), warmup=False))
+    with stubbed_below_binder(rec):
+        run_kernel(probe_patched_kernel, BUFFER, 16, 4, grid=(1,), warmup=False)
+        count_binders([probe_patched_kernel], counter)
+        run_kernel(probe_patched_kernel, BUFFER, 16, 4, grid=(1,), warmup=False)
+    out["patched_run_then_original"] = [len(stubbed), counter.get("probe_patched_kernel", 0)]
     return out
 
 
