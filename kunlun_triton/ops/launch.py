@@ -100,6 +100,7 @@ _runtime_knobs, _compilation_knobs = _knobs.runtime, _knobs.compilation
 _FPSAN = "fpsan_homomorphic_casts"
 _HAS_FPSAN = _FPSAN in type(_compilation_knobs).__dict__
 _verified_run = None  # the last JITFunction.run whose source matched
+_rejected_run = None  # the last JITFunction.run whose source did not
 _RUN_CHECKS = weakref.WeakKeyDictionary()  # JITFunction.run functions seen -> verified
 _fast_driver = None  # the last driver seen whose target takes the fast path
 _DRIVERS: dict = {}  # id(driver) -> (driver, whether its target takes the fast path)
@@ -115,7 +116,9 @@ def _run_verified(current) -> bool:
     `VERIFIED_RUN_SOURCES`. Decided once per function object; a patched
     ``run`` (another Triton, a profiler, `introspect.launches`' stubs at
     run()) is not, and the launch takes it, until the original is back."""
-    global _verified_run
+    global _verified_run, _rejected_run
+    if current is _rejected_run:
+        return False
     known = _RUN_CHECKS.get(current)
     if known is None:
         import hashlib
@@ -128,6 +131,8 @@ def _run_verified(current) -> bool:
         known = _RUN_CHECKS[current] = digest in VERIFIED_RUN_SOURCES
     if known:
         _verified_run = current
+    else:
+        _rejected_run = current  # held while it is patched in: one identity test per launch
     return known
 
 
