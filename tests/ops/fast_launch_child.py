@@ -159,7 +159,8 @@ def changes_after_a_hit() -> dict:
             run_kernel(probe_kernel, *first, grid=(1,), warmup=False)
             back = rec.launches[-1][0]
             result[name] = {"binder": counter.get("probe_kernel", 0) - before, "new": changed is not first_kernel,
-                            "triton_key_differs": changed.key != first_kernel.key, "back_to_first": back is first_kernel}
+                            "triton_key_differs": changed.key != first_kernel.key,
+                            "back_to_first": back is first_kernel}
     return result
 
 
