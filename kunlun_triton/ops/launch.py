@@ -148,6 +148,8 @@ def _driver_allows(drv) -> bool:
             allowed = fast_launch_backend(drv.get_current_target().backend)
         except Exception:  # a driver with no target to name: nothing verified
             allowed = False
+        if len(_DRIVERS) >= 64:  # drivers swapped in and out (introspect's stubs): forget the old ones
+            _DRIVERS.clear()
         known = _DRIVERS[id(drv)] = (drv, allowed)
     if known[1]:
         _fast_driver = drv
