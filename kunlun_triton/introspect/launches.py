@@ -16,7 +16,9 @@ replaced by a stub for the duration of a ``with`` block:
   instead: Triton's own ``JITFunction.run`` runs (its binder, argument
   specialisation, cache key and lookup, grid and launch metadata), and only
   the compile and the driver's launch are stand-ins: most of a launch's host
-  cost, which a stub at ``run()`` leaves out.
+  cost, which a stub at ``run()`` leaves out. The launchers' fast path
+  (`ops.launch.run_kernel`, which replays a cached CompiledKernel without
+  the binder) runs as it does on a device.
 - `kernel_specs`: the ahead-of-time compile specs (`KernelSpec`) of the
   launches a call makes, as another target would make them: the launcher's
   own code picks every constexpr, Triton's binder the argument types and
@@ -210,15 +212,32 @@ class _StubDriver:
         return GPUTarget("cuda", 90, 32)
 
 
-class _StubKernel:
-    """A compiled kernel's launch interface, doing nothing (the driver's launch)."""
+def _compiled_kernel_class():
+    from triton.compiler import CompiledKernel
 
-    function = packed_metadata = None
+    return CompiledKernel
+
+
+class _StubKernel(_compiled_kernel_class()):
+    """A compiled kernel's launch interface, doing nothing (the driver's
+    launch). A CompiledKernel (nothing loaded, nothing to unload), so the
+    launchers' fast path (`ops.launch.run_kernel`) keeps and replays it as it
+    does a real one; `on_launch(kernel, args)` (when given) sees each driver
+    launch's arguments, ``(grid_0, grid_1, grid_2, stream, function,
+    packed_metadata, launch_metadata, enter_hook, exit_hook, *args)``."""
+
+    function = packed_metadata = module = None
+    on_launch = None
+
+    def __init__(self, key=None):
+        self.key = key
 
     def launch_metadata(self, grid, stream, *args):
         return None
 
     def run(self, *args, **kwargs):
+        if _StubKernel.on_launch is not None:
+            _StubKernel.on_launch(self, args)
         return None
 
 
@@ -226,17 +245,19 @@ def _stub_compile(self, key, *args, **kwargs):
     """Stands in for ``JITFunction._do_compile``: caches a do-nothing kernel
     under the key, so later launches with the key hit Triton's cache as a
     served kernel does."""
-    kernel = _StubKernel()
+    kernel = _StubKernel(key)
     self.device_caches[_StubDriver.DEVICE][0][key] = kernel
     return kernel
 
 
 @contextlib.contextmanager
-def stubbed_below_binder():
-    """Within the block compiled-mode launches (``JITFunction.run``) run
-    Triton's own launch path down to the driver's launch call, which does
-    nothing; compiles are stand-ins. Interpreted kernels have no binder:
-    refused (run without ``TRITON_INTERPRET``)."""
+def stubbed_below_binder(on_launch=None):
+    """Within the block compiled-mode launches (``JITFunction.run``, and the
+    launchers' fast path that replays its CompiledKernels) run Triton's own
+    launch path down to the driver's launch call, which does nothing but
+    call ``on_launch(kernel, driver_args)`` when given; compiles are
+    stand-ins. Interpreted kernels have no binder: refused (run without
+    ``TRITON_INTERPRET``)."""
     from triton.runtime.driver import driver
 
     if JITFunction.__dict__.get("run") is None:
@@ -251,8 +272,10 @@ def stubbed_below_binder():
         driver.set_active(_StubDriver())
         JITFunction._do_compile = _stub_compile
         InterpretedFunction.run = refuse
+        _StubKernel.on_launch = on_launch
         yield
     finally:
+        _StubKernel.on_launch = None
         driver._active = saved_driver
         JITFunction._do_compile = saved_compile
         InterpretedFunction.run = interpreted_run

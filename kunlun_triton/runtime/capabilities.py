@@ -49,14 +49,20 @@ class Capabilities:
     # exact per K step, then joins the int32 accumulator). sm_90 (IMMA) and
     # gfx942 (MFMA i8) have it; Kunlun's is unknown (and its config uses sum).
     dot_int8: bool = False
+    # Launches replay a cached CompiledKernel through its own launcher when a
+    # cheap key of the arguments has been seen, skipping Triton's binder
+    # (ops/launch.py `run`: 6-8 us a launch). Only where that Triton launch
+    # path was checked: CUDA and HIP. Kunlun's Triton fork is not (its
+    # JITFunction.run is its own), the interpreter has no binder.
+    fast_launch: bool = False
 
 
 _ALL_FLOATS = frozenset(FLOAT_DTYPES)
 
 _PROFILES = {
-    "cuda": Capabilities(_ALL_FLOATS, True, True, True, True, True, True, dot_int8=True),
+    "cuda": Capabilities(_ALL_FLOATS, True, True, True, True, True, True, dot_int8=True, fast_launch=True),
     "hip": Capabilities(_ALL_FLOATS, True, True, True, True, True, True, launch_knobs=HIP_LAUNCH_KNOBS,
-                        dot_int8=True),
+                        dot_int8=True, fast_launch=True),
     # num_warps is ignored (a program maps to a cluster); atomics and the
     # dot->softmax->dot chain are known to break; events time to 0; bf16 is
     # incomplete on some ops.
@@ -80,6 +86,15 @@ _PROFILES = {
 
 def capabilities(target: Target | None = None) -> Capabilities:
     return _PROFILES[(target or current_target()).name]
+
+
+def fast_launch_backend(backend: str) -> bool:
+    """Whether launches through a Triton driver whose target backend is
+    `backend` (``GPUTarget.backend``: "cuda", "hip", Kunlun's own name) may
+    take the fast launch path: that target's profile says so; a backend with
+    no profile here never does."""
+    profile = _PROFILES.get(backend)
+    return profile is not None and profile.fast_launch
 
 
 # Units that run programs side by side (SMs, CUs, Kunlun clusters), by arch:

@@ -48,7 +48,7 @@ import triton.language as tl
 
 from ...runtime import INDEX_DTYPES, plan_cache, use_triton
 from ...runtime.capabilities import supports_pdl
-from ..launch import constexpr_args
+from ..launch import constexpr_args, run_kernel
 from ..loads import masked_load
 from ..validation import (
     check_indptr,
@@ -447,14 +447,14 @@ def decode_attention(
         launch_merge = False
     else:
         launch_merge = True
-    decode_partial_kernel.run(
+    run_kernel(decode_partial_kernel,
         q, kernel_view(k_buffer), kernel_view(v_buffer), kv_indptr, kv_indices, part_out, part_lse,
         sm_scale, split_tokens, max_splits, q_heads,
         q.stride(0), q.stride(1), k_buffer.stride(0), k_buffer.stride(1), v_buffer.stride(0), v_buffer.stride(1),
         k_scale, v_scale, *launch.partial, grid=(batch, kv_heads * launch.head_blocks, max_splits), **plan.launch,
     )  # fmt: skip
     if launch_merge:
-        decode_merge_kernel.run(
+        run_kernel(decode_merge_kernel,
             part_out, part_lse, o, kv_indptr, split_tokens, max_splits, q_heads, o.stride(0), o.stride(1),
             *launch.merge, grid=(batch, kv_heads * launch.merge_head_blocks), **launch.merge_launch,
         )  # fmt: skip

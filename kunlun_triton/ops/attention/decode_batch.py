@@ -33,7 +33,7 @@ import triton
 import triton.language as tl
 
 from ...runtime import plan_cache
-from ..launch import constexpr_args
+from ..launch import constexpr_args, run_kernel
 from ..loads import masked_load
 from .fp8 import kv_values
 from .shared import Formulation, dim_block, next_power_of_2
@@ -185,7 +185,7 @@ def launch_batch(plan, q, k_buffer, v_buffer, o, kv_indptr, kv_indices, sm_scale
     tiles = (plan.use_dot, plan.dot_fp32, block_d, plan.block_dv, plan.block_n, plan.load_ignores_other)
     constexprs = batch_constexprs(tiles, block_r, kv_heads, q_heads // kv_heads, head_dim, v_dim, logit_cap, window,
                                   pool_i64, fmt)  # fmt: skip
-    decode_batch_kernel.run(
+    run_kernel(decode_batch_kernel,
         q, k_buffer, v_buffer, kv_indptr, kv_indices, o, sm_scale, rows, q.stride(0), q.stride(1),
         k_buffer.stride(0), k_buffer.stride(1), v_buffer.stride(0), v_buffer.stride(1), o.stride(0), o.stride(1),
         k_scale, v_scale, *constexprs, grid=(-(-rows // block_r),), **plan.launch,

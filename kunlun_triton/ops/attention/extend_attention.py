@@ -53,7 +53,7 @@ import triton.language as tl
 
 from ...runtime import plan_cache, use_triton
 from ..spec import explicit_config, lookup_config
-from ..launch import constexpr_args
+from ..launch import constexpr_args, run_kernel
 from ..loads import masked_load
 from ..validation import checked_mode, require_number
 from . import reference
@@ -525,7 +525,7 @@ def extend_attention(
     row_blocks = cdiv(max_len_extend, plan.block_m) + (1 if unified_kv else 0)
     # No mask: kv_indptr stands in for both pointers (never read; no new specialisation).
     mask, mask_starts = (custom_mask.view(torch.uint8), mask_indptr) if masked else (kv_indptr, kv_indptr)
-    extend_kernel.run(
+    run_kernel(extend_kernel,
         q_extend, k_extend, v_extend, o_extend, kernel_view(k_buffer), kernel_view(v_buffer), qo_indptr, kv_indptr,
         kv_indices, mask, mask_starts, sm_scale,
         q_extend.stride(0), q_extend.stride(1), k_extend.stride(0), k_extend.stride(1),

@@ -19,6 +19,7 @@ import triton
 import triton.language as tl
 
 from ...runtime import INDEX_DTYPES, use_triton
+from ..launch import run_kernel
 from ..validation import checked_mode, require_disjoint, require_same_device, require_tensor
 from . import reference
 
@@ -88,6 +89,6 @@ def build_kv_indices(req_to_token: torch.Tensor, req_pool_indices: torch.Tensor,
     if not use_triton(OP, *tensors):
         reference.build_kv_indices(req_to_token, req_pool_indices, seq_lens, kv_indptr, kv_indices)
         return kv_indptr, kv_indices
-    build_kv_indices_kernel.run(req_to_token, req_pool_indices, seq_lens, kv_indptr, kv_indices,
-                                req_to_token.stride(0), BLOCK, grid=(batch,), warmup=False)  # fmt: skip
+    run_kernel(build_kv_indices_kernel, req_to_token, req_pool_indices, seq_lens, kv_indptr, kv_indices,
+               req_to_token.stride(0), BLOCK, grid=(batch,), warmup=False)  # fmt: skip
     return kv_indptr, kv_indices

@@ -21,7 +21,7 @@ import triton.language as tl
 
 from ...runtime import INDEX_DTYPES, capabilities, launch_options, plan_cache, use_triton
 from ..spec import explicit_config, lookup_config
-from ..launch import constexpr_args, run_keywords
+from ..launch import constexpr_args, run_kernel, run_keywords
 from ..loads import masked_load
 from ..validation import check_slots, checked_mode, require_same, require_same_device, require_tensor
 from . import reference
@@ -173,7 +173,7 @@ def store_kv(k, v, k_buffer, v_buffer, out_cache_loc, check: bool = True, *, k_s
         plan = _cached_plan(tokens, heads, k_dim, v_dim, fmt)
     else:
         plan = _copy_plan(heads, k_dim, v_dim, explicit_config(OP, config, row_width=heads * k_dim, tokens=tokens), fmt)
-    store_kv_kernel.run(
+    run_kernel(store_kv_kernel,
         k, v, kernel_view(k_buffer), kernel_view(v_buffer), out_cache_loc, tokens, k.stride(0), k.stride(1),
         v.stride(0), v.stride(1), k_buffer.stride(0), k_buffer.stride(1), v_buffer.stride(0), v_buffer.stride(1),
         k_scale, v_scale, *plan.constexprs,

@@ -49,7 +49,7 @@ import triton.language as tl
 from ...runtime import capabilities, launch_options, plan_cache, use_triton
 from ...runtime.dtypes import FLOAT_DTYPES, INDEX_DTYPES
 from ..spec import explicit_config, lookup_config
-from ..launch import constexpr_args, run_keywords
+from ..launch import constexpr_args, run_kernel, run_keywords
 from ..validation import (
     checked_mode,
     power_of_two_at_most,
@@ -390,7 +390,8 @@ def align_slots(topk_ids: torch.Tensor, num_experts: int, plan: _Plan):
     bound = min(n, -(-n // plan.block_m) + min(num_experts, n))
     if n <= align.SINGLE_PROGRAM_SLOTS:
         index = topk_ids.new_empty(3 * bound + n, dtype=torch.int32)
-        align.moe_align_single_kernel.run(topk_ids, index, n, bound, *plan.align_single, grid=(1,), warmup=False)
+        run_kernel(align.moe_align_single_kernel, topk_ids, index, n, bound, *plan.align_single, grid=(1,),
+                   warmup=False)
         return index, bound
     chunk = max(align.MIN_CHUNK, 1 << (-(-n // align.MAX_CHUNKS) - 1).bit_length())
     chunks = -(-n // chunk)
@@ -398,12 +399,12 @@ def align_slots(topk_ids: torch.Tensor, num_experts: int, plan: _Plan):
     # after the table and the sorted slots: the chunks' expert counts, then the experts' starts
     sorted_slots = index[3 * bound : 3 * bound + n]
     chunk_counts, starts = index[3 * bound + n : -num_experts], index[-num_experts:]
-    align.moe_align_count_kernel.run(topk_ids, chunk_counts, n, chunk, *plan.align_count, grid=(chunks,),
-                                     warmup=False)  # fmt: skip
-    align.moe_align_prefix_kernel.run(chunk_counts, starts, index, chunks, bound, *plan.align_prefix,
-                                      grid=(1,), warmup=False)  # fmt: skip
-    align.moe_align_scatter_kernel.run(topk_ids, chunk_counts, starts, sorted_slots, n, chunk, *plan.align_scatter,
-                                       grid=(chunks,), warmup=False)  # fmt: skip
+    run_kernel(align.moe_align_count_kernel, topk_ids, chunk_counts, n, chunk, *plan.align_count, grid=(chunks,),
+               warmup=False)  # fmt: skip
+    run_kernel(align.moe_align_prefix_kernel, chunk_counts, starts, index, chunks, bound, *plan.align_prefix,
+               grid=(1,), warmup=False)  # fmt: skip
+    run_kernel(align.moe_align_scatter_kernel, topk_ids, chunk_counts, starts, sorted_slots, n, chunk,
+               *plan.align_scatter, grid=(chunks,), warmup=False)  # fmt: skip
     return index, bound
 
 
@@ -488,7 +489,7 @@ def fused_experts(
     # whatever n: Triton specialises the offset on its 16-divisibility).
     inter_size = -(-n * inter // 64) * 64
     scratch = hidden_states.new_empty(inter_size + n * hidden if top_k > 1 else n * inter)
-    moe_gate_up_kernel.run(
+    run_kernel(moe_gate_up_kernel,
         x, w13, scratch, index, bound, weights, x.stride(0), *w13.stride()[:2], x_scale, w13_scale,
         *plan.gate_up, grid=(bound, plan.gate_up_tiles), **plan.keywords,
     )  # fmt: skip
@@ -496,16 +497,16 @@ def fused_experts(
     inter_rows, inter_scale = per_token_quant_int8(scratch[: n * inter].view(n, inter), check=False) if int8 \
         else (scratch, None)  # fmt: skip
     if top_k == 1:
-        moe_down_kernel.run(
+        run_kernel(moe_down_kernel,
             inter_rows, w2, out, 0, index, bound, weights, *w2.stride()[:2], out.stride(0), inter_scale, w2_scale,
             *plan.down, grid=(bound, plan.down_tiles), **plan.keywords,
         )  # fmt: skip
         return out
-    moe_down_kernel.run(
+    run_kernel(moe_down_kernel,
         inter_rows, w2, scratch, inter_size, index, bound, weights, *w2.stride()[:2], hidden, inter_scale, w2_scale,
         *plan.down, grid=(bound, plan.down_tiles), **plan.keywords,
     )  # fmt: skip
-    moe_sum_kernel.run(
+    run_kernel(moe_sum_kernel,
         scratch, inter_size, ids, out, tokens, out.stride(0), *plan.sum,
         grid=(-(-tokens // plan.sum_rows), plan.sum_cols),
         warmup=False,  # the config's num_warps/num_stages are the GEMMs'; the sum keeps Triton's defaults

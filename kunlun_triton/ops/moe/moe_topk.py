@@ -23,7 +23,7 @@ import triton.language as tl
 
 from ...runtime import launch_options, plan_cache, use_triton
 from ..spec import explicit_config, lookup_config
-from ..launch import constexpr_args, run_keywords
+from ..launch import constexpr_args, run_kernel, run_keywords
 from ..validation import (
     checked_mode,
     power_of_two_at_most,
@@ -231,7 +231,7 @@ def moe_topk(
         return reference.moe_topk(router_logits, top_k, renormalize=renormalize, scoring=scoring,
                                   correction_bias=correction_bias, num_expert_group=num_expert_group,
                                   topk_group=topk_group, routed_scaling_factor=routed_scaling_factor)  # fmt: skip
-    moe_topk_kernel.run(
+    run_kernel(moe_topk_kernel,
         router_logits, router_logits if correction_bias is None else correction_bias, weights, ids,
         tokens, router_logits.stride(0), scaling, *constexprs, grid=(-(-tokens // rows),), **keywords,
     )  # fmt: skip

@@ -22,7 +22,7 @@ import torch
 
 from ...runtime import capabilities, launch_options, plan_cache, use_triton
 from ..spec import explicit_config, lookup_config
-from ..launch import constexpr_args, run_keywords
+from ..launch import constexpr_args, run_kernel, run_keywords
 from ..validation import (
     as_rows,
     checked_mode,
@@ -99,10 +99,10 @@ def _launch(op: str, x_rows, residual_rows, weight, out_rows, eps: float, config
     grid = (-(-n_rows // plan.rows_per_program),)
     kernel = _KERNELS[op]
     if residual_rows is None:
-        kernel.run(x_rows, weight, out_rows, n_rows, x_rows.stride(0), out_rows.stride(0), eps, *plan.constexprs,
-                   grid=grid, **plan.launch)  # fmt: skip
+        run_kernel(kernel, x_rows, weight, out_rows, n_rows, x_rows.stride(0), out_rows.stride(0), eps,
+                   *plan.constexprs, grid=grid, **plan.launch)  # fmt: skip
     else:
-        kernel.run(x_rows, residual_rows, weight, out_rows, n_rows, x_rows.stride(0), residual_rows.stride(0),
+        run_kernel(kernel, x_rows, residual_rows, weight, out_rows, n_rows, x_rows.stride(0), residual_rows.stride(0),
                    out_rows.stride(0), eps, *plan.constexprs, grid=grid, **plan.launch)  # fmt: skip
 
 

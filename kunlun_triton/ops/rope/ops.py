@@ -17,7 +17,7 @@ import torch
 
 from ...runtime import INDEX_DTYPES, capabilities, launch_options, plan_cache, use_triton
 from ..spec import explicit_config, lookup_config
-from ..launch import constexpr_args, run_keywords
+from ..launch import constexpr_args, run_kernel, run_keywords
 from ..validation import (checked_mode, power_of_two_at_most, require_disjoint, require_number, require_same_device,
                           require_tensor)
 from . import kernels, reference
@@ -170,7 +170,7 @@ def rotary_embedding(
         plan = _rope_plan(num_q_heads, num_k_heads, rotary_dim, is_neox,
                           explicit_config(OP, config, head_size=head_size, tokens=n_tokens))  # fmt: skip
     grid = (-(-n_tokens // plan.tokens_per_program), -(-(num_q_heads + num_k_heads) // plan.heads_per_program))
-    kernels.rotary_embedding_kernel.run(
+    run_kernel(kernels.rotary_embedding_kernel,
         positions, query, query if key is None else key, cos_sin_cache, n_tokens, q_token_stride, q_head_stride,
         k_token_stride, k_head_stride, cos_sin_cache.stride(0), *plan.constexprs, grid=grid, **plan.launch)  # fmt: skip
     return query, key

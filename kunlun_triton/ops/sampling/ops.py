@@ -48,7 +48,7 @@ import torch
 
 from ...runtime import capabilities, current_target, launch_options, plan_cache, use_triton
 from ..spec import explicit_config, lookup_config
-from ..launch import constexpr_args, run_keywords
+from ..launch import constexpr_args, run_kernel, run_keywords
 from ..validation import checked_mode, require_tensor
 from . import kernels, pivot_kernels, reference, renorm_kernels
 
@@ -219,7 +219,7 @@ def _launch(plan: SamplePlan, batch, vocab, logits, temperature, top_k, top_p, m
     args = (logits, temperature, top_k, top_p, min_p, seed, position, scratch, out, batch, vocab, logits.stride(0),
             plan.n_blocks)  # fmt: skip
     for kernel, grid, pick, constexprs, keywords in plan.calls:
-        kernel.run(*pick(args), *constexprs, grid=grid, **keywords)
+        run_kernel(kernel, *pick(args), *constexprs, grid=grid, **keywords)
 
 
 def plan_kernel_specs(plan, dtypes: dict) -> list:
@@ -417,8 +417,8 @@ def _renorm(op: str, probs, top_ks, top_ps, min_ps, check: bool, config: dict | 
         return out
     grid, constexprs, keywords = _cached_renorm_plan(op, batch, vocab) if config is None else \
         _renorm_plan(batch, vocab, _config(op, vocab, config))  # fmt: skip
-    renorm_kernels.renorm_probs_kernel.run(probs, top_ks, top_ps, min_ps, out, batch, vocab, probs.stride(0),
-                                           out.stride(0), *constexprs, grid=grid, **keywords)  # fmt: skip
+    run_kernel(renorm_kernels.renorm_probs_kernel, probs, top_ks, top_ps, min_ps, out, batch, vocab, probs.stride(0),
+               out.stride(0), *constexprs, grid=grid, **keywords)  # fmt: skip
     return out
 
 

@@ -1,0 +1,268 @@
+"""The compiled-mode side of tests/ops/test_fast_launch.py: run as a child
+without TRITON_INTERPRET (Triton's binder exists only for compiled kernels),
+the driver stubbed below the binder (`introspect.launches.stubbed_below_binder`:
+Triton's own JITFunction.run down to the driver's launch, compiles stood in
+by one stub CompiledKernel per Triton cache key). Prints one JSON line.
+
+The oracle is Triton itself: for every launch, the CompiledKernel the fast
+path (`ops.launch.run_kernel`) hands the driver must be the one Triton's own
+``kernel.run`` hands it for the same arguments (found under Triton's cache
+key), with the same grid, stream, function, metadata, hooks and arguments.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+
+import torch
+import triton
+import triton.language as tl
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from kunlun_triton.introspect.launches import _StubDriver, record_launches, stubbed_below_binder
+from kunlun_triton.ops import launch
+from kunlun_triton.ops.launch import run_kernel
+from kunlun_triton.runtime import Target, targeting
+
+
+@triton.jit
+def probe_kernel(t0, t1, i0, i1, i2, f0, b0, n0, C0: tl.constexpr, C1: tl.constexpr):
+    tl.program_id(0)
+
+
+@triton.jit(do_not_specialize=["i1"], do_not_specialize_on_alignment=["t1"])
+def probe_flags_kernel(t0, t1, i0, i1, i2, f0, b0, n0, C0: tl.constexpr, C1: tl.constexpr):
+    tl.program_id(0)
+
+
+@triton.jit
+def probe_patched_kernel(t0, i0, C0: tl.constexpr):
+    tl.program_id(0)
+
+
+BOUNDARY_INTS = [0, 1, -1, 2, 15, 16, 17, -16, -17, 32, 2**31 - 1, 2**31, 2**31 + 16, -(2**31), -(2**31) - 1,
+                 -(2**31) - 16, 2**32, 2**63 - 1, 2**63, 2**63 + 16, 2**64 - 1, 2**64 - 16, -(2**63), -(2**63) + 16]
+BUFFER = torch.zeros(64, dtype=torch.float32)
+BUFFERS = {dtype: torch.zeros(128, dtype=dtype) for dtype in (torch.float32, torch.bfloat16, torch.int64)}
+
+
+class Recorder:
+    """Each driver launch: the stub CompiledKernel launched and its arguments."""
+
+    def __init__(self):
+        self.launches = []
+
+    def __call__(self, kernel, args):
+        self.launches.append((kernel, args))
+
+
+def count_binders(kernels, counter):
+    """Wrap each kernel's Triton binder (its stub device's) to count Triton-path launches."""
+    for kernel in kernels:
+        caches = kernel.device_caches[_StubDriver.DEVICE]
+        binder = getattr(caches[4], "original", caches[4])
+
+        def counting(*args, _binder=binder, _name=kernel.fn.__name__, **kwargs):
+            counter[_name] = counter.get(_name, 0) + 1
+            return _binder(*args, **kwargs)
+
+        counting.original = binder
+        kernel.device_caches[_StubDriver.DEVICE] = (*caches[:4], counting)
+
+
+# --- (a) + (c): the fast path launches Triton's own CompiledKernel, whatever the arguments ---------------------
+
+def runtime_value():
+    tensor = st.tuples(st.sampled_from(sorted(BUFFERS, key=str)), st.integers(0, 20)).map(
+        lambda p: BUFFERS[p[0]][p[1]:])  # element offsets: 16-byte aligned or not, by dtype
+    ints = st.one_of(st.sampled_from(BOUNDARY_INTS), st.integers(-(2**63), 2**64 - 1), st.integers(-40, 40))
+    return st.one_of(tensor, ints, st.sampled_from([None, True, False, 0.0, -0.0, 1.0, 2.5]))
+
+
+def constexpr_value():
+    return st.one_of(st.sampled_from([1, True, 1.0, 0, False, 16, 0.0, -0.0, None, 4096]), st.integers(-3, 3))
+
+
+def launch_tuple():
+    return st.tuples(st.lists(runtime_value(), min_size=8, max_size=8), constexpr_value(), constexpr_value(),
+                     st.sampled_from([{"num_warps": 4}, {"num_warps": 8}, {"num_warps": 4, "num_stages": 2}]))
+
+
+def check_against_triton(sequence, kernel):
+    """Every launch through run_kernel hands the driver the CompiledKernel
+    and the arguments Triton's own run() does for the same launch."""
+    for runtime, c0, c1, options in sequence:
+        args = (*runtime, c0, c1)
+        fast, plain = Recorder(), Recorder()
+        with stubbed_below_binder(fast):
+            run_kernel(kernel, *args, grid=(3, 2), warmup=False, **options)
+        with stubbed_below_binder(plain):
+            kernel.run(*args, grid=(3, 2), warmup=False, **options)
+        (fast_kernel, fast_args), = fast.launches
+        (plain_kernel, plain_args), = plain.launches
+        assert fast_kernel is plain_kernel, (args, options, fast_kernel.key, plain_kernel.key)
+        assert len(fast_args) == len(plain_args) and all(a is b or a == b for a, b in zip(fast_args, plain_args)), \
+            (fast_args, plain_args)
+
+
+def oracle(examples: int) -> dict:
+    out = {}
+    for kernel in (probe_kernel, probe_flags_kernel):
+        name = kernel.fn.__name__
+
+        @settings(max_examples=examples, deadline=None, database=None, derandomize=bool(os.environ.get("CI")),
+                  suppress_health_check=list(HealthCheck))  # derandomized under CI, as the suite's "ci" profile
+        @given(st.lists(launch_tuple(), min_size=1, max_size=12))
+        def holds(sequence):
+            check_against_triton(sequence, kernel)
+
+        try:
+            holds()
+            state = kernel.__dict__[launch._STATE]
+            out[name] = {"ok": True, "entries": len(state.entries)}
+        except Exception:
+            out[name] = {"ok": False, "error": traceback.format_exc()[-3000:]}
+    return out
+
+
+def changes_after_a_hit() -> dict:
+    """A hit, then a changed alignment / int class: Triton's path (its binder
+    runs) and another CompiledKernel; back to the first arguments: the first
+    CompiledKernel, from the fast path (no binder)."""
+    counter, rec = {}, Recorder()
+    base = BUFFERS[torch.float32]
+    aligned, misaligned = base[0:], base[1:]
+    first = (aligned, aligned, 16, 16, 16, 1.0, True, None, 8, 8)
+    variants = {
+        "alignment": (misaligned, aligned, 16, 16, 16, 1.0, True, None, 8, 8),
+        "divisibility": (aligned, aligned, 17, 16, 16, 1.0, True, None, 8, 8),
+        "one": (aligned, aligned, 1, 16, 16, 1.0, True, None, 8, 8),
+        "i64": (aligned, aligned, 2**31, 16, 16, 1.0, True, None, 8, 8),
+        "dtype": (BUFFERS[torch.bfloat16], aligned, 16, 16, 16, 1.0, True, None, 8, 8),
+        "none": (aligned, aligned, 16, 16, None, 1.0, True, None, 8, 8),
+        "constexpr": (aligned, aligned, 16, 16, 16, 1.0, True, None, 8, 16),
+    }
+    result = {}
+    with stubbed_below_binder(rec):
+        run_kernel(probe_kernel, *first, grid=(1,), warmup=False)
+        count_binders([probe_kernel], counter)
+        run_kernel(probe_kernel, *first, grid=(1,), warmup=False)
+        first_kernel = rec.launches[0][0]
+        result["hit"] = {"binder": counter.get("probe_kernel", 0), "same": rec.launches[1][0] is first_kernel}
+        for name, args in variants.items():
+            before = counter.get("probe_kernel", 0)
+            run_kernel(probe_kernel, *args, grid=(1,), warmup=False)
+            changed = rec.launches[-1][0]
+            run_kernel(probe_kernel, *first, grid=(1,), warmup=False)
+            back = rec.launches[-1][0]
+            result[name] = {"binder": counter.get("probe_kernel", 0) - before, "new": changed is not first_kernel,
+                            "triton_key_differs": changed.key != first_kernel.key,
+                            "back_to_first": back is first_kernel}
+    return result
+
+
+# --- (b): a launch through the fast path hands the driver what the plain path does, for ops --------------------
+
+def _normal(value):
+    if isinstance(value, torch.Tensor):
+        return ("tensor", str(value.dtype), tuple(value.shape), tuple(value.stride()), value.storage_offset())
+    return value
+
+
+def op_launches() -> dict:
+    from kunlun_triton.ops.spec import all_specs
+    from kunlun_triton.tools.inspect_kernels import op_shape
+    from kunlun_triton.tools.presets import DEFAULT_PRESET, MODEL_PRESETS
+
+    specs = all_specs()
+    preset = MODEL_PRESETS[DEFAULT_PRESET]
+    out = {}
+    for name, batch, context in (("rms_norm", 8, None), ("fused_add_rms_norm", 8, None), ("silu_and_mul", 8, None),
+                                 ("rotary_embedding", 8, None), ("decode_attention", 8, 1024),
+                                 ("extend_attention", 2, 64), ("greedy", 8, None), ("sample", 8, None),
+                                 ("fused_experts", 8, None), ("moe_topk", 8, None), ("store_kv", 8, None)):
+        try:
+            shape = op_shape(specs[name], preset, batch, context, None)
+            case = specs[name].make_case(shape, torch.bfloat16, "cpu")
+            call = case.call or (lambda: case.run(None))
+            counter, plain, fast = {}, Recorder(), Recorder()
+            with stubbed_below_binder(plain):
+                call()  # first call: every launch a miss, through Triton's run()
+            kernels = {id(k): k for k in launch_kernels()}
+            with stubbed_below_binder(fast):
+                count_binders(kernels.values(), counter)
+                call()  # second call: hits, through the CompiledKernels' own launchers
+            same = len(plain.launches) == len(fast.launches) and all(
+                pk is fk and len(pa) == len(fa) and all(a is b or _normal(a) == _normal(b) for a, b in zip(pa, fa))
+                for (pk, pa), (fk, fa) in zip(plain.launches, fast.launches))
+            out[name] = {"launches": len(fast.launches), "binder_calls": sum(counter.values()), "same": same}
+        except Exception:
+            out[name] = {"error": traceback.format_exc()[-3000:]}
+    return out
+
+
+def launch_kernels():
+    """The JIT kernels run_kernel has seen (their fast-path state is set)."""
+    import gc
+
+    return [obj for obj in gc.get_objects() if isinstance(obj, triton.runtime.jit.JITFunction)
+            and launch._STATE in obj.__dict__]
+
+
+def hooks_and_patches() -> dict:
+    """A launch hook set, a pre-run hook, or a patched JITFunction.run: the
+    plain path (Triton's binder runs on every launch)."""
+    from triton import knobs
+
+    counter, rec = {}, Recorder()
+    args = (BUFFER, BUFFER, 16, 16, 16, 1.0, True, None, 8, 8)
+    out = {}
+    with stubbed_below_binder(rec):
+        run_kernel(probe_kernel, *args, grid=(1,), warmup=False)
+        count_binders([probe_kernel], counter)
+
+        def hook(*_, **__):
+            pass
+
+        knobs.runtime.launch_enter_hook.add(hook)
+        try:
+            run_kernel(probe_kernel, *args, grid=(1,), warmup=False)
+        finally:
+            knobs.runtime.launch_enter_hook.remove(hook)
+        out["launch_enter_hook"] = counter.get("probe_kernel", 0)
+        probe_kernel.add_pre_run_hook(hook)
+        try:
+            run_kernel(probe_kernel, *args, grid=(1,), warmup=False)
+        finally:
+            probe_kernel.pre_run_hooks.remove(hook)
+        out["pre_run_hook"] = counter.get("probe_kernel", 0) - out["launch_enter_hook"]
+        before = counter.get("probe_kernel", 0)
+        run_kernel(probe_kernel, *args, grid=(1,), warmup=False)
+        out["after_hooks_removed"] = counter.get("probe_kernel", 0) - before
+        before = counter.get("probe_kernel", 0)
+        run_kernel(probe_kernel, *args, grid=lambda meta: (1,), warmup=False)
+        out["callable_grid"] = counter.get("probe_kernel", 0) - before
+    # first seen while JITFunction.run is patched (a stub at run()): plain then, fast once it is back
+    stubbed = record_launches(lambda: run_kernel(probe_patched_kernel, BUFFER, 16, 4, grid=(1,), warmup=False))
+    with stubbed_below_binder(rec):
+        run_kernel(probe_patched_kernel, BUFFER, 16, 4, grid=(1,), warmup=False)
+        count_binders([probe_patched_kernel], counter)
+        run_kernel(probe_patched_kernel, BUFFER, 16, 4, grid=(1,), warmup=False)
+    out["patched_run_then_original"] = [len(stubbed), counter.get("probe_patched_kernel", 0)]
+    return out
+
+
+def main() -> None:
+    examples = int(sys.argv[1]) if len(sys.argv) > 1 else 100
+    with targeting(Target("cuda", "sm_90", "cpu", "test")):
+        result = {"oracle": oracle(examples), "changes": changes_after_a_hit(), "ops": op_launches(),
+                  "plain_path": hooks_and_patches()}
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
