@@ -172,6 +172,12 @@ def _hook_draft_backends() -> None:
     _hook(DRAFT_BACKEND_HOOK, draft_backends, "AROUND")
 
 
+def _hook_spec_accept() -> None:
+    from .spec_accept import ACCEPT_HOOK, count_finished_request
+
+    _hook(ACCEPT_HOOK, count_finished_request, "AROUND")
+
+
 def _hook_spec_tree() -> None:
     import importlib
 
@@ -253,6 +259,9 @@ TOUCHPOINTS = (
                "spec_tree.build_tree_kernel_efficient_func, spec_tree.verify_tree_greedy_func (AROUND)",
                "SGLang's portable Triton tree builder and greedy tree walk (its XPU path; in-tree refuses "
                "out-of-tree platforms)", "platform", _hook_spec_tree),
+    Touchpoint("accept length", "hook", "output_streamer._GenerationStreamAccumulator.accept (AROUND)",
+               "each finished request's spec_verify_ct / spec_num_correct_drafts -> the dispatch report's "
+               "accept length", "platform", _hook_spec_accept),
     Touchpoint("request guard", "hook",
                "io_struct.GenerateReqInput.normalize_batch_and_arguments, "
                "TokenizerManager._validate_one_request (BEFORE)",
