@@ -103,3 +103,19 @@ def test_bench_is_lossless_and_prints_both_sides(bench_result, hf_llama):
     assert f"accept length (tokens / verify step)  {result['accept']['accept_length']:12.2f}" in text
     assert "tokens / s" in text and "speed-up" in text
     assert "tokens equal without speculative decoding: yes" in text
+
+
+def test_accept_ratios_and_the_serve_report_line():
+    """The ratios from counts, by their definitions (SGLang's meta_info ones):
+    2 requests, 20 tokens in 8 verify steps (5 forwards), 6 of 8 x 3 drafts accepted."""
+    from kunlun_triton.sglang_plugin.serve import format_report
+    from kunlun_triton.sglang_plugin.spec_accept import accept_ratios
+
+    counts = {"requests": 2, "completion_tokens": 20, "verify_steps": 8, "correct_drafts": 6, "verify_forwards": 5}
+    acc = accept_ratios(counts, num_draft_tokens=4)
+    assert (acc["accept_length"], acc["accept_rate"], acc["tokens_per_target_forward"]) == (2.5, 0.25, 3.6)
+    assert accept_ratios({k: 0 for k in counts}, 4)["accept_length"] is None  # nothing finished yet
+    text = format_report({"tp_rank": 0, "pid": 1, "target": "interpreter", "ops": {}, "speculative": {},
+                          "accept": acc})  # fmt: skip
+    assert ("speculative accept length 2.50 tokens per verify step (20 tokens, 8 verify steps, 2 requests); "
+            "3.60 tokens per target forward") in text
