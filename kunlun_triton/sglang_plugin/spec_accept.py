@@ -17,9 +17,11 @@ finished output is sent. Over the requests finished so far:
 - ``accept_rate`` = correct drafts / drafts proposed (verify steps x
   (num_draft_tokens - 1)), as SGLang's meta_info;
 - ``tokens_per_target_forward`` = tokens after the first (the decode tokens)
-  / target verify forwards (our backend's batch count, speculative.py): the
-  target model's forwards per generated token, batched requests counted once
-  per forward. At batch 1 it is ``accept_length`` without the prefill token.
+  / verify steps: what one forward of the target gives a request (1 without
+  speculative decoding: one decode forward per token); ``accept_length``
+  without the prefill token. ``verify_forwards`` (our backend's count of
+  target verify batches, speculative.py) says how many forwards those steps
+  were batched into.
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ def accept_ratios(counts: dict, num_draft_tokens: int) -> dict:
     t["accept_length"] = t["completion_tokens"] / t["verify_steps"] if t["verify_steps"] else None
     t["accept_rate"] = t["correct_drafts"] / proposed if proposed else None
     decode_tokens = t["completion_tokens"] - t["requests"]
-    t["tokens_per_target_forward"] = decode_tokens / t["verify_forwards"] if t["verify_forwards"] else None
+    t["tokens_per_target_forward"] = decode_tokens / t["verify_steps"] if t["verify_steps"] else None
     return t
 
 

@@ -79,13 +79,13 @@ def test_report_accept_length_equals_sglangs_meta_info(bench_result):
         assert m["spec_accept_length"] == pytest.approx(m["completion_tokens"] / m["spec_verify_ct"])
     assert acc["accept_length"] >= 1.0
     assert acc["accept_rate"] == pytest.approx(timed["correct_drafts"] / (timed["verify_steps"] * 3))
-    # tokens per target forward: a verify forward serves both requests while both run
-    phases = result["phases"]
+    # tokens per target forward: the decode tokens (the first comes from prefill) per verify step
+    assert acc["tokens_per_target_forward"] == pytest.approx(
+        (timed["completion_tokens"] - timed["requests"]) / timed["verify_steps"])
+    phases = result["phases"]  # a verify forward serves both requests while both run
     assert acc["verify_forwards"] == phases["target_verify"]["forwards"] > 0
     assert phases["target_verify"]["requests"] == timed["verify_steps"]
     assert acc["verify_forwards"] < timed["verify_steps"]
-    assert acc["tokens_per_target_forward"] == pytest.approx(
-        (timed["completion_tokens"] - timed["requests"]) / acc["verify_forwards"])
     assert phases["target_verify"]["ops"]["extend_attention"] > 0  # a chain: causal verify
     assert phases["draft_decode"]["ops"]["decode_attention"] > 0
 
@@ -113,9 +113,9 @@ def test_accept_ratios_and_the_serve_report_line():
 
     counts = {"requests": 2, "completion_tokens": 20, "verify_steps": 8, "correct_drafts": 6, "verify_forwards": 5}
     acc = accept_ratios(counts, num_draft_tokens=4)
-    assert (acc["accept_length"], acc["accept_rate"], acc["tokens_per_target_forward"]) == (2.5, 0.25, 3.6)
+    assert (acc["accept_length"], acc["accept_rate"], acc["tokens_per_target_forward"]) == (2.5, 0.25, 2.25)
     assert accept_ratios({k: 0 for k in counts}, 4)["accept_length"] is None  # nothing finished yet
     text = format_report({"tp_rank": 0, "pid": 1, "target": "interpreter", "ops": {}, "speculative": {},
                           "accept": acc})  # fmt: skip
     assert ("speculative accept length 2.50 tokens per verify step (20 tokens, 8 verify steps, 2 requests); "
-            "3.60 tokens per target forward") in text
+            "2.25 tokens per target forward") in text
