@@ -178,6 +178,12 @@ def _hook_spec_accept() -> None:
     _hook(ACCEPT_HOOK, count_finished_request, "AROUND")
 
 
+def _hook_deepseek_draft_head() -> None:
+    from .spec_draft_models import SET_EMBED_AND_HEAD_HOOK, set_embed_and_head_on_platform
+
+    _hook(SET_EMBED_AND_HEAD_HOOK, set_embed_and_head_on_platform, "AROUND")
+
+
 def _hook_spec_tree() -> None:
     import importlib
 
@@ -259,6 +265,9 @@ TOUCHPOINTS = (
                "spec_tree.build_tree_kernel_efficient_func, spec_tree.verify_tree_greedy_func (AROUND)",
                "SGLang's portable Triton tree builder and greedy tree walk (its XPU path; in-tree refuses "
                "out-of-tree platforms)", "platform", _hook_spec_tree),
+    Touchpoint("DeepSeek MTP draft", "hook", "models.deepseek_v2.DeepseekV2ForCausalLM.set_embed_and_head (AROUND)",
+               "the target's embedding and head shared with the NextN draft, then the platform's empty_cache / "
+               "synchronize (SGLang calls torch.cuda's unconditionally)", "platform", _hook_deepseek_draft_head),
     Touchpoint("accept length", "hook", "output_streamer._GenerationStreamAccumulator.accept (AROUND)",
                "each finished request's spec_verify_ct / spec_num_correct_drafts -> the dispatch report's "
                "accept length", "platform", _hook_spec_accept),
