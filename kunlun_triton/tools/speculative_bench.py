@@ -86,7 +86,8 @@ def phase_delta(before: dict, after: dict) -> dict:
         old = before.get(phase, {})
         ops = {op: n - old.get("ops", {}).get(op, 0) for op, n in entry.get("ops", {}).items()}
         out[phase] = {"forwards": entry["forwards"] - old.get("forwards", 0),
-                      "requests": entry["requests"] - old.get("requests", 0), "ops": {k: v for k, v in ops.items() if v}}
+                      "requests": entry["requests"] - old.get("requests", 0),
+                      "ops": {k: v for k, v in ops.items() if v}}  # fmt: skip
     return out
 
 
