@@ -119,3 +119,15 @@ def test_accept_ratios_and_the_serve_report_line():
                           "accept": acc})  # fmt: skip
     assert ("speculative accept length 2.50 tokens per verify step (20 tokens, 8 verify steps, 2 requests); "
             "2.25 tokens per target forward") in text
+
+
+def test_cli_refuses_a_bad_command_line_before_any_engine(tiny_llama, capsys):
+    """`kunlun-triton bench speculative`: a draft of more layers than the target has, or no
+    target, is exit 2 naming the flag, and nothing starts."""
+    from kunlun_triton import cli
+
+    assert cli.main(["bench", "speculative", "--model-path", tiny_llama, "--draft-layers", "5"]) == 2
+    assert "--draft-layers must be in 1..1 (the target has 2), got 5" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["bench", "speculative", "--draft-layers", "1"])
+    assert exc.value.code == 2 and "--model-path" in capsys.readouterr().err
