@@ -70,7 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--verbose", "-v", action="store_true")
     p.set_defaults(run=_cmd_doctor)
 
-    p = sub.add_parser("bench", help="time ops side by side with their references")
+    p = sub.add_parser("bench", help="time ops side by side with their references; `bench speculative --help`: "
+                                     "accept length and throughput with vs without speculative decoding")
     p.add_argument("family", nargs="*", help="op families or op names (default: all families)")
     p.add_argument("--preset", choices=sorted(MODEL_PRESETS), default=DEFAULT_PRESET)
     # None: not given (bench.main_from_args fills 3 and 10 in, and tells a mode that ignores them)
@@ -108,6 +109,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser()
+    if argv[:2] == ["bench", "speculative"]:  # SGLang engines, its own options (tools/speculative_bench.py)
+        from .tools.speculative_bench import main as speculative_main
+
+        return speculative_main(argv[2:])
     if argv and argv[0] in ("tune", "inspect", "convert-weights", "models", "regress", "serve"):
         # argparse's REMAINDER drops a leading option (`convert-weights --model-path ...`),
         # so these commands get their arguments untouched and parse them themselves

@@ -172,6 +172,18 @@ def _hook_draft_backends() -> None:
     _hook(DRAFT_BACKEND_HOOK, draft_backends, "AROUND")
 
 
+def _hook_spec_accept() -> None:
+    from .spec_accept import ACCEPT_HOOK, count_finished_request
+
+    _hook(ACCEPT_HOOK, count_finished_request, "AROUND")
+
+
+def _hook_deepseek_draft_head() -> None:
+    from .spec_draft_models import SET_EMBED_AND_HEAD_HOOK, set_embed_and_head_on_platform
+
+    _hook(SET_EMBED_AND_HEAD_HOOK, set_embed_and_head_on_platform, "AROUND")
+
+
 def _hook_spec_tree() -> None:
     import importlib
 
@@ -267,6 +279,12 @@ TOUCHPOINTS = (
                "import-time stand-in for sgl_kernel.speculative where sgl_kernel cannot load)",
                "SGLang's Triton reconstruct_indices_from_tree_mask_triton (its XPU path): draft positions and "
                "tree links from the n-gram tree mask", "platform", _hook_ngram_tree),
+    Touchpoint("DeepSeek MTP draft", "hook", "models.deepseek_v2.DeepseekV2ForCausalLM.set_embed_and_head (AROUND)",
+               "the target's embedding and head shared with the NextN draft, then the platform's empty_cache / "
+               "synchronize (SGLang calls torch.cuda's unconditionally)", "platform", _hook_deepseek_draft_head),
+    Touchpoint("accept length", "hook", "output_streamer._GenerationStreamAccumulator.accept (AROUND)",
+               "each finished request's spec_verify_ct / spec_num_correct_drafts -> the dispatch report's "
+               "accept length", "platform", _hook_spec_accept),
     Touchpoint("request guard", "hook",
                "io_struct.GenerateReqInput.normalize_batch_and_arguments, "
                "TokenizerManager._validate_one_request (BEFORE)",

@@ -35,10 +35,16 @@ def _record() -> dict:
         rank = int(get_tensor_model_parallel_rank())
     except Exception:  # no TP group: a single rank
         rank = 0
-    from .speculative import speculative_report
+    from .spec_accept import accept_report
+    from .speculative import speculative_report, speculative_shape
 
-    return {"target": current_target().name, "pid": os.getpid(), "tp_rank": rank, "ops": dispatch_report(),
-            "speculative": speculative_report()}  # fmt: skip
+    phases = speculative_report()
+    record = {"target": current_target().name, "pid": os.getpid(), "tp_rank": rank, "ops": dispatch_report(),
+              "speculative": phases}  # fmt: skip
+    algorithm, _, _, num_draft_tokens = speculative_shape()
+    if algorithm:  # accept length (spec_accept.py): SGLang's per-request counters, pooled
+        record["accept"] = accept_report(phases.get("target_verify", {}).get("forwards", 0), num_draft_tokens)
+    return record
 
 
 def answer_report_rpc(original, self, recv_req):
@@ -72,7 +78,8 @@ def add_report_to_internal_state(result, *args, **kwargs):
 
 
 def engine_dispatch_report(engine) -> dict:
-    """{tp_rank: {"target", "pid", "tp_rank", "ops": {op: {"impl", ...}}}}."""
+    """{tp_rank: {"target", "pid", "tp_rank", "ops": {op: {"impl", ...}}, "speculative": {phase: ...},
+    and with speculative decoding "accept": {"accept_length", ...} (spec_accept.py)}}."""
     with tempfile.TemporaryDirectory(prefix="kt-report-") as tmp:
         engine.collective_rpc(RPC_METHOD, path=tmp)
         reports = {}

@@ -111,6 +111,13 @@ def format_report(rep: dict) -> str:
     for phase, e in sorted((rep.get("speculative") or {}).items()):  # speculative.py: what each phase ran
         ops = ", ".join(f"{k}={v}" for k, v in sorted(e.get("ops", {}).items()))
         lines.append(f"    speculative {phase}: {e.get('forwards')} forwards, {e.get('requests')} rows  [{ops}]")
+    accept = rep.get("accept")  # spec_accept.py: SGLang's per-request counters, finished requests
+    if accept and accept.get("accept_length") is not None:
+        per_forward = accept.get("tokens_per_target_forward")
+        lines.append(f"    speculative accept length {accept['accept_length']:.2f} tokens per verify step "
+                     f"({accept['completion_tokens']} tokens, {accept['verify_steps']} verify steps, "
+                     f"{accept['requests']} requests); "
+                     + (f"{per_forward:.2f} tokens per target forward" if per_forward is not None else ""))
     return "\n".join(lines)
 
 

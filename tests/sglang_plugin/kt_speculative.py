@@ -53,3 +53,44 @@ def build_eagle_head(target_dir, out_dir, seed: int = 1) -> str:
         if (target / name).exists():
             shutil.copy(target / name, out / name)
     return str(out)
+
+
+def build_nextn_draft(target_dir, out_dir, seed: int = 2) -> str:
+    """A random DeepSeek MTP (NextN) draft layer for a tiny DeepSeek-V2 target,
+    as DeepSeek-V3 checkpoints carry it: one more decoder layer
+    ``model.layers.{num_hidden_layers}`` (MLA attention, MoE MLP) with
+    ``enorm``, ``hnorm``, ``eh_proj`` ([embedding, target hidden] -> hidden)
+    and ``shared_head.norm``; the embedding and head are the target's (SGLang
+    shares them). Architecture ``DeepseekV3ForCausalLMNextN`` (SGLang's
+    ``models/deepseek_nextn.py``), ``num_nextn_predict_layers`` 1."""
+    import torch
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    target, out = Path(target_dir), Path(out_dir)
+    if (out / "model.safetensors").exists():
+        return str(out)
+    out.mkdir(parents=True, exist_ok=True)
+    config = json.loads((target / "config.json").read_text())
+    n = config["num_hidden_layers"]
+    config.update(architectures=["DeepseekV3ForCausalLMNextN"], num_nextn_predict_layers=1)
+    hidden = config["hidden_size"]
+    gen = torch.Generator().manual_seed(seed)
+    weights = {}
+    with safe_open(str(target / "model.safetensors"), "pt") as f:
+        for name in f.keys():  # the shapes of the target's last (MoE) layer, fresh random values
+            if name.startswith(f"model.layers.{n - 1}."):
+                t = f.get_tensor(name)
+                fresh = (torch.randn(t.shape, generator=gen) * t.std().clamp(min=1e-3)) if t.dim() > 1 else t.clone()
+                weights[name.replace(f"model.layers.{n - 1}.", f"model.layers.{n}.")] = fresh.contiguous()
+    prefix = f"model.layers.{n}."
+    weights[prefix + "enorm.weight"] = torch.ones(hidden)
+    weights[prefix + "hnorm.weight"] = torch.ones(hidden)
+    weights[prefix + "eh_proj.weight"] = (torch.randn(hidden, 2 * hidden, generator=gen) * 0.1).contiguous()
+    weights[prefix + "shared_head.norm.weight"] = torch.ones(hidden)
+    save_file(weights, str(out / "model.safetensors"))
+    (out / "config.json").write_text(json.dumps(config, indent=2))
+    for name in ("tokenizer.json", "tokenizer_config.json", "generation_config.json", "special_tokens_map.json"):
+        if (target / name).exists():
+            shutil.copy(target / name, out / name)
+    return str(out)
