@@ -21,10 +21,10 @@ from kunlun_triton.sglang_plugin.regress import CASES, encode, run_cases, teache
 pytestmark = pytest.mark.regression
 
 N_CONV, TURNS, NEW = 4, 3, 6
-# top-1 agreement with float32 (teacher-forced, 4 cases x 16 tokens). PROVISIONAL: not yet
-# measured (the full form has not run on this branch; bf16 stores in the interpreter round
-# toward zero until issue 28's rounding fix lands); replace with measured values minus margin.
-AGREEMENT_FLOOR = {"bfloat16": 0.80, "float16": 0.90}
+# top-1 agreement with float32 (teacher-forced, 4 cases x 16 tokens), measured 2026-12-03 (after
+# issue 28's round-to-nearest-even bf16 stores): bf16 1.000 and fp16 1.000 of 64 steps; the floor
+# allows 3 flips.
+AGREEMENT_FLOOR = {"bfloat16": 0.95, "float16": 0.95}
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +40,11 @@ def cache_off(smollm2, engines, hf_smollm2):
 @pytest.mark.parametrize("page_size", [1, 16])
 @pytest.mark.parametrize("chunked", [32, -1], ids=["chunked", "unchunked"])
 def test_multi_turn_matrix_equals_cache_off(smollm2, engines, hf_smollm2, cache_off, page_size, chunked):
-    engine = engines.get(smollm2, page_size=page_size, chunked_prefill_size=chunked)
+    # Unchunked, SGLang 0.5.23 sizes its static memory fraction on the CPU below zero (-0.046:
+    # "Loaded weights leave no GPU memory for the KV cache"; the scheduler dies and SIGQUITs
+    # this process): a fixed fraction, the pool being capped by max_total_tokens anyway.
+    memory = {} if chunked > 0 else {"mem_fraction_static": 0.5}
+    engine = engines.get(smollm2, page_size=page_size, chunked_prefill_size=chunked, **memory)
     record = conversations(engine, hf_smollm2.tokenizer, N_CONV, TURNS, NEW)
     for turn, ((prompts, results), (want_prompts, want)) in enumerate(zip(record, cache_off)):
         assert prompts == want_prompts, turn

@@ -18,18 +18,10 @@ def reference(b):
     return attention_reference.extend_attention(*b.args(), **b.kwargs())
 
 
-# The interpreter's own tiles (64 x 128) hold these short cases in one tile; 16 x 16
-# tiles cross query and key tiles (online softmax across tiles, partial tiles) as
-# the GPUs' tiles do on long sequences.
-TILES = {"configured": {}, "16x16": {"BLOCK_M": 16, "BLOCK_N": 16}}
-
-
-@pytest.mark.parametrize("tiles", TILES)
 @pytest.mark.parametrize("formulation", FORMULATIONS)
 @given(batch=extend_cases())
-def test_extend_matches_reference(formulation, tiles, batch):
-    config = {"formulation": formulation, **TILES[tiles]} if TILES[tiles] else None
-    out = extend_attention(*batch.args(), **batch.kwargs(), formulation=formulation, config=config)
+def test_extend_matches_reference(formulation, batch):
+    out = extend_attention(*batch.args(), **batch.kwargs(), formulation=formulation)
     assert_close(out, reference(batch), scale=2, msg=f"prefix {batch.pool.lens} extend {batch.extend_lens}")
 
 
