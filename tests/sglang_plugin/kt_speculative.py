@@ -17,7 +17,6 @@ from pathlib import Path
 
 def build_eagle_head(target_dir, out_dir, seed: int = 1) -> str:
     import torch
-    from safetensors.torch import save_file
 
     target, out = Path(target_dir), Path(out_dir)
     if (out / "model.safetensors").exists():
@@ -47,12 +46,7 @@ def build_eagle_head(target_dir, out_dir, seed: int = 1) -> str:
         "layers.0.post_attention_layernorm.weight": torch.ones(hidden),
         "lm_head.weight": rand(vocab, hidden),
     }
-    save_file(weights, str(out / "model.safetensors"))
-    (out / "config.json").write_text(json.dumps(config, indent=2))
-    for name in ("tokenizer.json", "tokenizer_config.json", "generation_config.json", "chat_template.jinja"):
-        if (target / name).exists():
-            shutil.copy(target / name, out / name)
-    return str(out)
+    return _save_checkpoint(out, weights, config, target, "chat_template.jinja")
 
 
 def build_nextn_draft(target_dir, out_dir, seed: int = 2) -> str:
@@ -65,7 +59,6 @@ def build_nextn_draft(target_dir, out_dir, seed: int = 2) -> str:
     ``models/deepseek_nextn.py``), ``num_nextn_predict_layers`` 1."""
     import torch
     from safetensors import safe_open
-    from safetensors.torch import save_file
 
     target, out = Path(target_dir), Path(out_dir)
     if (out / "model.safetensors").exists():
@@ -88,9 +81,36 @@ def build_nextn_draft(target_dir, out_dir, seed: int = 2) -> str:
     weights[prefix + "hnorm.weight"] = torch.ones(hidden)
     weights[prefix + "eh_proj.weight"] = (torch.randn(hidden, 2 * hidden, generator=gen) * 0.1).contiguous()
     weights[prefix + "shared_head.norm.weight"] = torch.ones(hidden)
+    return _save_checkpoint(out, weights, config, target, "special_tokens_map.json")
+
+
+
+def _save_checkpoint(out, weights, config, target, extra_file: str) -> str:
+    """`weights` and `config` as a checkpoint in `out`, with the target's tokenizer files."""
+    from safetensors.torch import save_file
+
     save_file(weights, str(out / "model.safetensors"))
     (out / "config.json").write_text(json.dumps(config, indent=2))
-    for name in ("tokenizer.json", "tokenizer_config.json", "generation_config.json", "special_tokens_map.json"):
+    for name in ("tokenizer.json", "tokenizer_config.json", "generation_config.json", extra_file):
         if (target / name).exists():
             shutil.copy(target / name, out / name)
     return str(out)
+
+# The lossless tests' requests (test_sglang_speculative.py, test_sglang_speculative_ngram.py):
+# NEW greedy tokens each; prompts that share a prefix (a radix hit), span two prefill chunks of
+# CHUNK tokens, and repeat themselves (so an n-gram corpus has something to propose).
+NEW = 12
+CHUNK = 16
+
+
+def greedy_params(n=NEW):
+    return {"max_new_tokens": n, "temperature": 0.0, "ignore_eos": True}
+
+
+def lossless_prompts(hf):
+    prefix = hf.encode("The radix cache shares the prefix of prompts that begin with")
+    long = hf.encode("Once upon a time there was a little model that learned to count: one two three four five six. "
+                     "Attention reads keys and values from a paged cache; each page holds a few tokens.")  # fmt: skip
+    assert len(long) > 2 * CHUNK
+    repeats = hf.encode("one two three four one two three four one two three four one two")
+    return prefix, [prefix + hf.encode(" the same tokens."), long, repeats]

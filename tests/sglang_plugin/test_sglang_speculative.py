@@ -23,22 +23,8 @@ from __future__ import annotations
 import pytest
 
 from kt_sglang_support import output_ids
+from kt_speculative import CHUNK, NEW, greedy_params, lossless_prompts
 
-NEW = 12
-CHUNK = 16
-
-
-def _greedy(n=NEW):
-    return {"max_new_tokens": n, "temperature": 0.0, "ignore_eos": True}
-
-
-def _prompts(hf):
-    prefix = hf.encode("The radix cache shares the prefix of prompts that begin with")
-    long = hf.encode("Once upon a time there was a little model that learned to count: one two three four five six. "
-                     "Attention reads keys and values from a paged cache; each page holds a few tokens.")  # fmt: skip
-    assert len(long) > 2 * CHUNK
-    repeats = hf.encode("one two three four one two three four one two three four one two")
-    return prefix, [prefix + hf.encode(" the same tokens."), long, repeats]
 
 
 def _accept_length(outs) -> float:
@@ -51,11 +37,11 @@ def _accept_length(outs) -> float:
 def _lossless(engine, hf, page):
     """Batch, then a second request sharing the first one's prefix (a radix
     hit), each equal to HF's greedy tokens; returns every output."""
-    prefix, prompts = _prompts(hf)
-    outs = engine.generate(input_ids=prompts, sampling_params=_greedy())
+    prefix, prompts = lossless_prompts(hf)
+    outs = engine.generate(input_ids=prompts, sampling_params=greedy_params())
     assert [output_ids(o) for o in outs] == [hf.greedy(p, NEW) for p in prompts]
     shared = prefix + hf.encode(" a kernel")
-    again = engine.generate(input_ids=shared, sampling_params=_greedy())
+    again = engine.generate(input_ids=shared, sampling_params=greedy_params())
     assert output_ids(again) == hf.greedy(shared, NEW)
     assert again["meta_info"].get("cached_tokens", 0) >= (len(prefix) - 1) // page * page > 0  # whole pages
     return outs + [again]

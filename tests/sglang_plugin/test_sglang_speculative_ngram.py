@@ -29,11 +29,10 @@ from __future__ import annotations
 import pytest
 from kt_models_table import check_or_write_row, kernels_since, op_calls, refusals
 from kt_sglang_support import output_ids
+from kt_speculative import CHUNK, NEW, greedy_params, lossless_prompts
 
 from kunlun_triton.runtime.env import env_choice
 
-NEW = 12
-CHUNK = 16
 SHARED = 4  # output tokens of the first request the prefix-sharing request starts with
 NGRAM = dict(speculative_algorithm="NGRAM", speculative_num_draft_tokens=6, speculative_ngram_capacity=100_000)
 
@@ -54,28 +53,15 @@ if FULL:
     CASES += [("llama", "NGRAM", 16, False), ("qwen3", "NGRAM", 1, False)]
 
 
-def _greedy(n=NEW):
-    return {"max_new_tokens": n, "temperature": 0.0, "ignore_eos": True}
-
-
-def _prompts(hf):
-    prefix = hf.encode("The radix cache shares the prefix of prompts that begin with")
-    long = hf.encode("Once upon a time there was a little model that learned to count: one two three four five six. "
-                     "Attention reads keys and values from a paged cache; each page holds a few tokens.")  # fmt: skip
-    assert len(long) > 2 * CHUNK
-    repeats = hf.encode("one two three four one two three four one two three four one two")
-    return prefix, [prefix + hf.encode(" the same tokens."), long, repeats]
-
-
 def _lossless(engine, hf, page):
     """The batch, then the first prompt continued by its own first SHARED output
     tokens (a radix hit on the prefix; the corpus holds what follows), each equal
     to HF's greedy tokens; returns every output."""
-    prefix, prompts = _prompts(hf)
-    outs = engine.generate(input_ids=prompts, sampling_params=_greedy())
+    prefix, prompts = lossless_prompts(hf)
+    outs = engine.generate(input_ids=prompts, sampling_params=greedy_params())
     assert [output_ids(o) for o in outs] == [hf.greedy(p, NEW) for p in prompts]
     again_ids = prompts[0] + output_ids(outs[0])[:SHARED]
-    again = engine.generate(input_ids=again_ids, sampling_params=_greedy())
+    again = engine.generate(input_ids=again_ids, sampling_params=greedy_params())
     assert output_ids(again) == hf.greedy(again_ids, NEW)
     assert again["meta_info"].get("cached_tokens", 0) >= (len(prefix) - 1) // page * page > 0  # whole pages
     return outs + [again]
