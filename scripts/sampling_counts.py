@@ -85,6 +85,7 @@ def count_bytes(args) -> list[dict]:
     from kunlun_triton.ops.sampling import ops
     from kunlun_triton.ops.sampling import reference as ref
     from kunlun_triton.introspect.interpreter_counts import count_loads
+    from kunlun_triton.ops.launch import LaunchSequence
 
     from kunlun_triton.runtime.interpreter_speed import skip_repeated_patching
 
@@ -104,8 +105,9 @@ def count_bytes(args) -> list[dict]:
         scratch = torch.empty(plan.scratch_words, dtype=torch.int32)
         decided = []
         with count_loads(logits, row_bytes) as counts:
-            for (kernel, _, _), call in zip(plan.launches, plan.calls):  # one by one: which stage decided each row
-                ops._launch(dataclasses.replace(plan, calls=(call,)), batch, vocab, logits, *params, seeds, positions,
+            for (kernel, _, _), step in zip(plan.launches, plan.calls.steps):  # one by one: which stage decided each row
+                alone = LaunchSequence((step,), len(ops._CALL_ARGS))
+                ops._launch(dataclasses.replace(plan, calls=alone), batch, vocab, logits, *params, seeds, positions,
                             scratch, out)  # fmt: skip
                 if kernel in ("combine_kernel", "decide_kernel"):
                     decided.append(int((out >= 0).sum()))

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..runtime import capabilities, launch_options
-from .launch import constexpr_args, run_keywords
+from .launch import KernelLaunch, constexpr_args, run_keywords
 from .validation import power_of_two_at_most
 
 
@@ -16,8 +16,7 @@ from .validation import power_of_two_at_most
 class TilePlan:
     block_cols: int
     rows_per_program: int
-    constexprs: tuple  # the kernel's positional tail (`ops.launch`)
-    launch: dict
+    launch: KernelLaunch  # the kernel with its constexprs and options (`ops.launch`)
 
 
 def row_tile_plan(kernel, width: int, config: dict, **constexprs) -> TilePlan:
@@ -28,4 +27,4 @@ def row_tile_plan(kernel, width: int, config: dict, **constexprs) -> TilePlan:
     rows = power_of_two_at_most(config["ROWS_PER_PROGRAM"])
     constexprs = constexpr_args(kernel, **constexprs, BLOCK_COLS=block_cols, ROWS_PER_PROGRAM=rows,
                                 LOAD_IGNORES_OTHER=capabilities().load_ignores_other)  # fmt: skip
-    return TilePlan(block_cols, rows, constexprs, run_keywords(launch_options(config)))
+    return TilePlan(block_cols, rows, KernelLaunch(kernel, constexprs, run_keywords(launch_options(config))))

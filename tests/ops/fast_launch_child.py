@@ -13,6 +13,7 @@ key), with the same grid, stream, function, metadata, hooks and arguments.
 from __future__ import annotations
 
 import json
+import operator
 import os
 import sys
 import traceback
@@ -25,7 +26,7 @@ from hypothesis import strategies as st
 
 from kunlun_triton.introspect.launches import _StubDriver, record_launches, stubbed_below_binder
 from kunlun_triton.ops import launch
-from kunlun_triton.ops.launch import run_kernel
+from kunlun_triton.ops.launch import KernelLaunch, LaunchSequence, run_kernel, run_keywords
 from kunlun_triton.runtime import Target, targeting
 
 
@@ -92,21 +93,51 @@ def launch_tuple():
                      st.sampled_from([{"num_warps": 4}, {"num_warps": 8}, {"num_warps": 4, "num_stages": 2}]))
 
 
-def check_against_triton(sequence, kernel):
-    """Every launch through run_kernel hands the driver the CompiledKernel
-    and the arguments Triton's own run() does for the same launch."""
+def _same_launch(fast, plain, what):
+    (fast_kernel, fast_args), = fast
+    (plain_kernel, plain_args), = plain
+    assert fast_kernel is plain_kernel, (what, fast_kernel.key, plain_kernel.key)
+    assert len(fast_args) == len(plain_args) and all(a is b or a == b for a, b in zip(fast_args, plain_args)), \
+        (what, fast_args, plain_args)
+
+
+def _constexpr_id(value):
+    return type(value), repr(value)  # 1 / True / 1.0 and 0.0 / -0.0 apart
+
+
+def check_against_triton(sequence, kernel, bound: dict):
+    """Every launch through run_kernel, through a `KernelLaunch` (one per
+    constexprs and options, kept in `bound` across sequences) and through a
+    two-step `LaunchSequence` (`kernel` on the arguments, then probe_kernel
+    on a permutation of them) hands the driver the CompiledKernels and the
+    arguments Triton's own run() does for the same launches."""
+    swap = operator.itemgetter(1, 0, 3, 2, 4, 5, 6, 7)
     for runtime, c0, c1, options in sequence:
         args = (*runtime, c0, c1)
-        fast, plain = Recorder(), Recorder()
-        with stubbed_below_binder(fast):
-            run_kernel(kernel, *args, grid=(3, 2), warmup=False, **options)
+        plain, swapped = Recorder(), Recorder()
         with stubbed_below_binder(plain):
             kernel.run(*args, grid=(3, 2), warmup=False, **options)
-        (fast_kernel, fast_args), = fast.launches
-        (plain_kernel, plain_args), = plain.launches
-        assert fast_kernel is plain_kernel, (args, options, fast_kernel.key, plain_kernel.key)
-        assert len(fast_args) == len(plain_args) and all(a is b or a == b for a, b in zip(fast_args, plain_args)), \
-            (fast_args, plain_args)
+        with stubbed_below_binder(swapped):
+            probe_kernel.run(*swap(runtime), c0, c1, grid=(2,), warmup=False, **options)
+        fast = Recorder()
+        with stubbed_below_binder(fast):
+            run_kernel(kernel, *args, grid=(3, 2), warmup=False, **options)
+        _same_launch(fast.launches, plain.launches, ("run_kernel", args, options))
+        key = (_constexpr_id(c0), _constexpr_id(c1), tuple(sorted(options.items())))
+        if key not in bound:
+            bind = lambda k: KernelLaunch(k, (c0, c1), run_keywords(options))  # noqa: E731
+            bound[key] = (bind(kernel), LaunchSequence([(bind(kernel), (3, 2), None), (bind(probe_kernel), (2,), swap)],
+                                                       len(runtime)))  # fmt: skip
+        single, steps = bound[key]
+        fast = Recorder()
+        with stubbed_below_binder(fast):
+            single((3, 2), *runtime)
+        _same_launch(fast.launches, plain.launches, ("KernelLaunch", args, options))
+        fast = Recorder()
+        with stubbed_below_binder(fast):
+            steps(tuple(runtime))
+        _same_launch(fast.launches[:1], plain.launches, ("LaunchSequence step 1", args, options))
+        _same_launch(fast.launches[1:], swapped.launches, ("LaunchSequence step 2", args, options))
 
 
 def oracle(examples: int) -> dict:
@@ -118,12 +149,14 @@ def oracle(examples: int) -> dict:
                   suppress_health_check=list(HealthCheck))  # derandomized under CI, as the suite's "ci" profile
         @given(st.lists(launch_tuple(), min_size=1, max_size=12))
         def holds(sequence):
-            check_against_triton(sequence, kernel)
+            check_against_triton(sequence, kernel, bound)
 
+        bound = {}
         try:
             holds()
             state = kernel.__dict__[launch._STATE]
-            out[name] = {"ok": True, "entries": len(state.entries)}
+            hits = [len(single._entries) + len(steps._entries) for single, steps in bound.values()]
+            out[name] = {"ok": True, "entries": len(state.entries), "bound_entries": sum(hits)}
         except Exception:
             out[name] = {"ok": False, "error": traceback.format_exc()[-3000:]}
     return out
@@ -162,6 +195,24 @@ def changes_after_a_hit() -> dict:
             result[name] = {"binder": counter.get("probe_kernel", 0) - before, "new": changed is not first_kernel,
                             "triton_key_differs": changed.key != first_kernel.key,
                             "back_to_first": back is first_kernel}
+        # the same through a KernelLaunch and a one-step LaunchSequence (their constexprs are fixed)
+        bound = KernelLaunch(probe_kernel, first[-2:], run_keywords({}))
+        steps = LaunchSequence([(KernelLaunch(probe_kernel, first[-2:], run_keywords({})), (1,), None)], 8)
+        for kind, launch_first, launch_args in (("bound", lambda: bound((1,), *first[:-2]), lambda a: bound((1,), *a)),
+                                                ("sequence", lambda: steps(first[:-2]), lambda a: steps(a))):
+            launch_first()  # a hit: the CompiledKernel found above
+            for name, args in variants.items():
+                if name == "constexpr":
+                    continue
+                before = counter.get("probe_kernel", 0)
+                launch_args(args[:-2])
+                changed = rec.launches[-1][0]
+                launch_first()
+                back = rec.launches[-1][0]
+                result[f"{kind} {name}"] = {"binder": counter.get("probe_kernel", 0) - before,
+                                            "new": changed is not first_kernel,
+                                            "triton_key_differs": changed.key != first_kernel.key,
+                                            "back_to_first": back is first_kernel}  # fmt: skip
     return result
 
 
@@ -206,11 +257,12 @@ def op_launches() -> dict:
 
 
 def launch_kernels():
-    """The JIT kernels run_kernel has seen (their fast-path state is set)."""
+    """Every JIT kernel of kunlun_triton with a Triton cache on the stub
+    device (launched at least once there)."""
     import gc
 
     return [obj for obj in gc.get_objects() if isinstance(obj, triton.runtime.jit.JITFunction)
-            and launch._STATE in obj.__dict__]
+            and obj.fn.__module__.startswith("kunlun_triton.") and _StubDriver.DEVICE in obj.device_caches]
 
 
 def hooks_and_patches() -> dict:

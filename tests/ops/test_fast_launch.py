@@ -17,6 +17,9 @@ Triton cache key; tests/ops/fast_launch_child.py):
     through Triton (its binder) to another CompiledKernel, and the first
     arguments come back to the first CompiledKernel;
 (d) interpreted kernels never take it (the rest of the suite runs them).
+(a) and (b) hold for `KernelLaunch` (a kernel bound to its constexprs and
+options, keyed on its runtime arguments) and `LaunchSequence` (launches
+keyed once over the tuple they pick from), which the ops launch through.
 Marked `lowering` so the sglang stage checks it again on SGLang's Triton
 (3.8): the fast path mirrors each verified Triton's JITFunction.run.
 """
@@ -52,13 +55,18 @@ def test_fast_path_launches_the_compiled_kernel_triton_picks(child, kernel):
     result = child["oracle"][kernel]
     assert result["ok"], result.get("error")
     assert result["entries"] > 1  # the sequences reached several specialisations
+    assert result["bound_entries"] > 1  # and through KernelLaunch / LaunchSequence
 
 
 def test_a_hit_skips_the_binder(child):
     assert child["changes"]["hit"] == {"binder": 0, "same": True}
 
 
-@pytest.mark.parametrize("change", ["alignment", "divisibility", "one", "i64", "dtype", "none", "constexpr"])
+CHANGES = ["alignment", "divisibility", "one", "i64", "dtype", "none"]
+
+
+@pytest.mark.parametrize("change", [*CHANGES, "constexpr", *(f"bound {c}" for c in CHANGES),
+                                    *(f"sequence {c}" for c in CHANGES)])  # fmt: skip
 def test_a_changed_specialisation_goes_back_to_triton(child, change):
     result = child["changes"][change]
     assert result == {"binder": 1, "new": True, "triton_key_differs": True, "back_to_first": True}, result
@@ -84,7 +92,8 @@ def test_hooks_and_callable_grids_take_triton_path(child):
 def test_interpreted_kernels_never_take_the_fast_path():
     from triton.runtime.interpreter import InterpretedFunction
 
-    from kunlun_triton.ops import launch, rms_norm
+    from kunlun_triton.ops import rms_norm
+    from kunlun_triton.ops.norm import ops as norm_ops
     from kunlun_triton.ops.norm.kernels import rms_norm_kernel
 
     assert isinstance(rms_norm_kernel, InterpretedFunction)  # the suite runs under TRITON_INTERPRET
@@ -92,7 +101,7 @@ def test_interpreted_kernels_never_take_the_fast_path():
     out = rms_norm(x, w, 1e-6)
     expected = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
     torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
-    assert rms_norm_kernel.__dict__[launch._STATE].off
+    assert not norm_ops._cached_plan("rms_norm", 64).launch.fast_path_allowed
 
 
 def test_fast_launch_is_a_capability_of_cuda_and_hip_only():

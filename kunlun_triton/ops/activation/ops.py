@@ -9,7 +9,6 @@ from __future__ import annotations
 import torch
 
 from ...runtime import plan_cache, use_triton
-from ..launch import run_kernel
 from ..spec import explicit_config, lookup_config
 from ..row_tiles import TilePlan, row_tile_plan
 from ..validation import as_rows, checked_mode, require_choice, require_tensor
@@ -44,8 +43,7 @@ def _act_and_mul(op: str, x: torch.Tensor, activation: int, config: dict | None)
     plan = _cached_plan(op, d, n_rows, activation) if config is None else \
         _tile_plan(d, explicit_config(op, config, hidden_size=d, rows=n_rows), activation)  # fmt: skip
     grid = (-(-n_rows // plan.rows_per_program), -(-d // plan.block_cols))
-    run_kernel(kernels.act_and_mul_kernel, x_rows, out, n_rows, x_rows.stride(0), d, *plan.constexprs, grid=grid,
-               **plan.launch)
+    plan.launch(grid, x_rows, out, n_rows, x_rows.stride(0), d)
     return out
 
 

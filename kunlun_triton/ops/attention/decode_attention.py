@@ -48,7 +48,7 @@ import triton.language as tl
 
 from ...runtime import INDEX_DTYPES, plan_cache, use_triton
 from ...runtime.capabilities import supports_pdl
-from ..launch import constexpr_args, run_kernel
+from ..launch import KernelLaunch, constexpr_args
 from ..loads import masked_load
 from ..validation import (
     check_indptr,
@@ -285,15 +285,14 @@ def decode_merge_kernel(
 
 @dataclass(frozen=True)
 class DecodeLaunch:
-    """A shape class's plan and both kernels' constexprs in signature order
-    (`ops.launch`): built once, so a call only computes its grid."""
+    """A shape class's plan and both kernels with their constexprs and
+    options (`ops.launch`): built once, so a call only computes its grid."""
 
     plan: AttentionPlan
     head_blocks: int
     merge_head_blocks: int
-    partial: tuple
-    merge: tuple
-    merge_launch: dict  # the plan's launch keywords, plus launch_pdl where the target has PDL
+    partial: KernelLaunch
+    merge: KernelLaunch  # the plan's launch keywords, plus launch_pdl where the target has PDL
 
 
 def _launch_plan(config, dtype, head_dim, v_dim, group, formulation, logit_cap, window, pool_i64,
@@ -317,7 +316,8 @@ def _launch_plan(config, dtype, head_dim, v_dim, group, formulation, logit_cap, 
         BLOCK_DV=plan.merge_block_dv, BLOCK_N=plan.block_n, WINDOW=window,
         LOAD_IGNORES_OTHER=plan.load_ignores_other, USE_PDL=pdl)  # fmt: skip
     merge_launch = {**plan.launch, "launch_pdl": True} if pdl else plan.launch
-    return DecodeLaunch(plan, head_blocks, merge_head_blocks, partial, merge, merge_launch)
+    return DecodeLaunch(plan, head_blocks, merge_head_blocks, KernelLaunch(decode_partial_kernel, partial, plan.launch),
+                        KernelLaunch(decode_merge_kernel, merge, merge_launch))  # fmt: skip
 
 
 @plan_cache
@@ -447,15 +447,12 @@ def decode_attention(
         launch_merge = False
     else:
         launch_merge = True
-    run_kernel(decode_partial_kernel,
+    launch.partial((batch, kv_heads * launch.head_blocks, max_splits),
         q, kernel_view(k_buffer), kernel_view(v_buffer), kv_indptr, kv_indices, part_out, part_lse,
         sm_scale, split_tokens, max_splits, q_heads,
         q.stride(0), q.stride(1), k_buffer.stride(0), k_buffer.stride(1), v_buffer.stride(0), v_buffer.stride(1),
-        k_scale, v_scale, *launch.partial, grid=(batch, kv_heads * launch.head_blocks, max_splits), **plan.launch,
-    )  # fmt: skip
+        k_scale, v_scale)  # fmt: skip
     if launch_merge:
-        run_kernel(decode_merge_kernel,
-            part_out, part_lse, o, kv_indptr, split_tokens, max_splits, q_heads, o.stride(0), o.stride(1),
-            *launch.merge, grid=(batch, kv_heads * launch.merge_head_blocks), **launch.merge_launch,
-        )  # fmt: skip
+        launch.merge((batch, kv_heads * launch.merge_head_blocks),
+            part_out, part_lse, o, kv_indptr, split_tokens, max_splits, q_heads, o.stride(0), o.stride(1))  # fmt: skip
     return o

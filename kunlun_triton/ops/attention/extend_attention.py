@@ -53,7 +53,7 @@ import triton.language as tl
 
 from ...runtime import plan_cache, use_triton
 from ..spec import explicit_config, lookup_config
-from ..launch import constexpr_args, run_kernel
+from ..launch import KernelLaunch, constexpr_args
 from ..loads import masked_load
 from ..validation import checked_mode, require_number
 from . import reference
@@ -386,7 +386,7 @@ def extend_kernel(
 
 def _launch_plan(config, dtype, head_dim, v_dim, group, formulation, logit_cap, window, index_i64, unified, fmt=0,
                  custom_mask=False, v_in_k=False, new_v_in_k=False):  # fmt: skip
-    """(plan, extend_kernel's constexprs in signature order: `ops.launch`)
+    """(plan, extend_kernel with its constexprs and options: `ops.launch`)
     of a shape class."""
     if config is None:
         config = lookup_config(OP, head_dim=head_dim, group=group)
@@ -415,11 +415,11 @@ def _launch_plan(config, dtype, head_dim, v_dim, group, formulation, logit_cap, 
         UNIFIED=unified, SCREEN_INLINE=not plan.use_dot or plan.block_d + plan.block_dpe > 256,
         KV_FORMAT=fmt, CUSTOM_MASK=custom_mask, V_IN_K=v_in_k and latent,
         NEW_V_IN_K=new_v_in_k and latent and not unified)  # fmt: skip
-    return plan, constexprs
+    return plan, KernelLaunch(extend_kernel, constexprs, plan.launch)
 
 
 @plan_cache
-def _cached_launch_plan(*args) -> tuple[AttentionPlan, tuple]:
+def _cached_launch_plan(*args) -> tuple[AttentionPlan, KernelLaunch]:
     return _launch_plan(None, *args)
 
 
@@ -520,17 +520,15 @@ def extend_attention(
     shape_class = (q_extend.dtype, head_dim, v_dim, group, formulation, logit_cap, window,
                    needs_int64(k_buffer, v_buffer, k_extend, v_extend), bool(unified_kv), kv_format(k_buffer.dtype),
                    masked, *latent_flags(k_buffer, v_buffer, k_extend, v_extend))  # fmt: skip
-    plan, constexprs = _cached_launch_plan(*shape_class) if config is None else _launch_plan(config, *shape_class)
+    plan, launch = _cached_launch_plan(*shape_class) if config is None else _launch_plan(config, *shape_class)
     # unified: a request's new tokens may start mid-block, one block more
     row_blocks = cdiv(max_len_extend, plan.block_m) + (1 if unified_kv else 0)
     # No mask: kv_indptr stands in for both pointers (never read; no new specialisation).
     mask, mask_starts = (custom_mask.view(torch.uint8), mask_indptr) if masked else (kv_indptr, kv_indptr)
-    run_kernel(extend_kernel,
+    launch((batch, q_heads, row_blocks),
         q_extend, k_extend, v_extend, o_extend, kernel_view(k_buffer), kernel_view(v_buffer), qo_indptr, kv_indptr,
         kv_indices, mask, mask_starts, sm_scale,
         q_extend.stride(0), q_extend.stride(1), k_extend.stride(0), k_extend.stride(1),
         v_extend.stride(0), v_extend.stride(1), o_extend.stride(0), o_extend.stride(1),
-        k_buffer.stride(0), k_buffer.stride(1), v_buffer.stride(0), v_buffer.stride(1), k_scale, v_scale,
-        *constexprs, grid=(batch, q_heads, row_blocks), **plan.launch,
-    )  # fmt: skip
+        k_buffer.stride(0), k_buffer.stride(1), v_buffer.stride(0), v_buffer.stride(1), k_scale, v_scale)  # fmt: skip
     return o_extend

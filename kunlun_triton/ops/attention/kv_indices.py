@@ -19,7 +19,7 @@ import triton
 import triton.language as tl
 
 from ...runtime import INDEX_DTYPES, use_triton
-from ..launch import run_kernel
+from ..launch import KernelLaunch, run_keywords
 from ..validation import checked_mode, require_disjoint, require_same_device, require_tensor
 from . import reference
 
@@ -39,6 +39,9 @@ def build_kv_indices_kernel(req_to_token_ptr, req_pool_indices_ptr, seq_lens_ptr
         offs = j + tl.arange(0, BLOCK)
         mask = offs < n
         tl.store(kv_indices_ptr + start + offs, tl.load(src + offs, mask=mask), mask=mask)
+
+
+_LAUNCH = KernelLaunch(build_kv_indices_kernel, (BLOCK,), run_keywords({}))
 
 
 def build_kv_indices(req_to_token: torch.Tensor, req_pool_indices: torch.Tensor, seq_lens: torch.Tensor,
@@ -89,6 +92,5 @@ def build_kv_indices(req_to_token: torch.Tensor, req_pool_indices: torch.Tensor,
     if not use_triton(OP, *tensors):
         reference.build_kv_indices(req_to_token, req_pool_indices, seq_lens, kv_indptr, kv_indices)
         return kv_indptr, kv_indices
-    run_kernel(build_kv_indices_kernel, req_to_token, req_pool_indices, seq_lens, kv_indptr, kv_indices,
-               req_to_token.stride(0), BLOCK, grid=(batch,), warmup=False)  # fmt: skip
+    _LAUNCH((batch,), req_to_token, req_pool_indices, seq_lens, kv_indptr, kv_indices, req_to_token.stride(0))
     return kv_indptr, kv_indices

@@ -21,7 +21,7 @@ import triton.language as tl
 
 from ...runtime import INDEX_DTYPES, capabilities, launch_options, plan_cache, use_triton
 from ..spec import explicit_config, lookup_config
-from ..launch import constexpr_args, run_kernel, run_keywords
+from ..launch import KernelLaunch, constexpr_args, run_keywords
 from ..loads import masked_load
 from ..validation import check_slots, checked_mode, require_same, require_same_device, require_tensor
 from . import reference
@@ -104,8 +104,7 @@ def store_kv_kernel(
 @dataclass(frozen=True)
 class CopyPlan:
     tokens_per_program: int
-    constexprs: tuple  # the kernel's positional tail (`ops.launch`)
-    launch: dict
+    launch: KernelLaunch  # the kernel with its constexprs and options (`ops.launch`)
 
 
 def _copy_plan(heads: int, k_dim: int, v_dim: int, config: dict, fmt: int = 0) -> CopyPlan:
@@ -116,7 +115,7 @@ def _copy_plan(heads: int, k_dim: int, v_dim: int, config: dict, fmt: int = 0) -
     constexprs = constexpr_args(store_kv_kernel, HEADS=heads, K_DIM=k_dim, V_DIM=v_dim, TOKENS_PER_PROGRAM=per_program,
                                 BLOCK_C=block_c, LOAD_IGNORES_OTHER=capabilities().load_ignores_other,
                                 KV_FORMAT=fmt)  # fmt: skip
-    return CopyPlan(per_program, constexprs, run_keywords(launch_options(config)))
+    return CopyPlan(per_program, KernelLaunch(store_kv_kernel, constexprs, run_keywords(launch_options(config))))
 
 
 @plan_cache
@@ -173,8 +172,7 @@ def store_kv(k, v, k_buffer, v_buffer, out_cache_loc, check: bool = True, *, k_s
         plan = _cached_plan(tokens, heads, k_dim, v_dim, fmt)
     else:
         plan = _copy_plan(heads, k_dim, v_dim, explicit_config(OP, config, row_width=heads * k_dim, tokens=tokens), fmt)
-    run_kernel(store_kv_kernel,
+    plan.launch((-(-tokens // plan.tokens_per_program),),
         k, v, kernel_view(k_buffer), kernel_view(v_buffer), out_cache_loc, tokens, k.stride(0), k.stride(1),
         v.stride(0), v.stride(1), k_buffer.stride(0), k_buffer.stride(1), v_buffer.stride(0), v_buffer.stride(1),
-        k_scale, v_scale, *plan.constexprs,
-        grid=(-(-tokens // plan.tokens_per_program),), **plan.launch)  # fmt: skip
+        k_scale, v_scale)  # fmt: skip

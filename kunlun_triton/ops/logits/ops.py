@@ -11,7 +11,6 @@ from __future__ import annotations
 import torch
 
 from ...runtime import plan_cache, use_triton
-from ..launch import run_kernel
 from ..spec import explicit_config, lookup_config
 from ..row_tiles import TilePlan, row_tile_plan
 from ..validation import as_rows, checked_mode, require_number, require_tensor
@@ -44,6 +43,5 @@ def logit_softcap(logits: torch.Tensor, cap: float, *, check: bool = True, confi
         plan = row_tile_plan(kernels.logit_softcap_kernel, vocab,
                              explicit_config(OP, config, vocab_size=vocab, rows=n_rows))  # fmt: skip
     grid = (-(-n_rows // plan.rows_per_program), -(-vocab // plan.block_cols))
-    run_kernel(kernels.logit_softcap_kernel, rows, n_rows, vocab, rows.stride(0), cap, *plan.constexprs, grid=grid,
-               **plan.launch)  # fmt: skip
+    plan.launch(grid, rows, n_rows, vocab, rows.stride(0), cap)
     return logits

@@ -49,7 +49,7 @@ import triton.language as tl
 from ...runtime import capabilities, launch_options, plan_cache, use_triton
 from ...runtime.dtypes import FLOAT_DTYPES, INDEX_DTYPES
 from ..spec import explicit_config, lookup_config
-from ..launch import constexpr_args, run_kernel, run_keywords
+from ..launch import KernelLaunch, constexpr_args, run_keywords
 from ..validation import (
     checked_mode,
     power_of_two_at_most,
@@ -324,7 +324,7 @@ def _tiles(config, key, size, use_dot, default_key=None):
 
 
 class _Plan:
-    """What a shape class launches with: block sizes, constexprs, `run_keywords`."""
+    """What a shape class launches with: block sizes and a `KernelLaunch` per kernel."""
 
     def __init__(self, experts, top_k, hidden, inter, dtype, activation, on_input, formulation, config, caps=None,
                  int8=False):  # fmt: skip
@@ -348,27 +348,30 @@ class _Plan:
                 dbk //= 2
         if int8:  # a float step of int8 products stays exact up to 1024 of them
             bk, dbk = min(bk, MAX_EXACT_BLOCK_K), min(dbk, MAX_EXACT_BLOCK_K)
-        # every kernel's constexprs, in its signature's order (`ops.launch`)
-        self.keywords = run_keywords(launch_options(config))
+        # every kernel with its constexprs (`ops.launch`); the config's num_warps / num_stages are the GEMMs'
+        keywords = run_keywords(launch_options(config))
+
+        def bind(kernel, keywords=run_keywords({}), **constexprs):
+            return KernelLaunch(kernel, constexpr_args(kernel, **constexprs), keywords)
+
         common = dict(H=hidden, I=inter, BLOCK_M=bm, USE_DOT=use_dot, DOT_FP32=dot_fp32, ZERO_AFTER_LOAD=zero,
                       W8A8=w8a8)  # fmt: skip
-        self.gate_up = constexpr_args(moe_gate_up_kernel, **common, TOP_K=top_k, BLOCK_N=bn, BLOCK_K=bk,
-                                      ACTIVATION=ACTIVATIONS.index(activation), WEIGHT_ON_INPUT=on_input)  # fmt: skip
-        self.down = constexpr_args(moe_down_kernel, **common, BLOCK_N=dbn, BLOCK_K=dbk, MUL_WEIGHT=not on_input)
+        self.gate_up = bind(moe_gate_up_kernel, keywords, **common, TOP_K=top_k, BLOCK_N=bn, BLOCK_K=bk,
+                            ACTIVATION=ACTIVATIONS.index(activation), WEIGHT_ON_INPUT=on_input)  # fmt: skip
+        self.down = bind(moe_down_kernel, keywords, **common, BLOCK_N=dbn, BLOCK_K=dbk, MUL_WEIGHT=not on_input)
         self.gate_up_tiles, self.down_tiles = -(-inter // bn), -(-hidden // dbn)
         block_e = triton.next_power_of_2(experts)
         tile = power_of_two_at_most(int(config.get("ALIGN_TILE", align.ALIGN_TILE)))
         tiles = dict(E=experts, BLOCK_E=block_e, BLOCK_M=bm, EXPERT_TILE=min(tile, block_e), BLOCK_TILE=tile)
-        self.align_single = constexpr_args(align.moe_align_single_kernel, **tiles, SLOT_TILE=tile)
-        self.align_count = constexpr_args(align.moe_align_count_kernel, E=experts, BLOCK_E=block_e, SLOT_TILE=tile)
-        self.align_prefix = constexpr_args(align.moe_align_prefix_kernel, **tiles, MAX_CHUNKS=align.MAX_CHUNKS,
-                                           ZERO_AFTER_LOAD=zero)  # fmt: skip
-        self.align_scatter = constexpr_args(align.moe_align_scatter_kernel, E=experts, SLOT_TILE=tile)
+        self.align_single = bind(align.moe_align_single_kernel, **tiles, SLOT_TILE=tile)
+        self.align_count = bind(align.moe_align_count_kernel, E=experts, BLOCK_E=block_e, SLOT_TILE=tile)
+        self.align_prefix = bind(align.moe_align_prefix_kernel, **tiles, MAX_CHUNKS=align.MAX_CHUNKS, ZERO_AFTER_LOAD=zero)
+        self.align_scatter = bind(align.moe_align_scatter_kernel, E=experts, SLOT_TILE=tile)
         block_h = min(triton.next_power_of_2(hidden), 1024)
         self.sum_rows = max(1, SUM_KERNEL_TILE // block_h)
         self.sum_cols = -(-hidden // block_h)
-        self.sum = constexpr_args(moe_sum_kernel, H=hidden, E=experts, TOP_K=top_k, BLOCK_T=self.sum_rows,
-                                  BLOCK_H=block_h, ZERO_AFTER_LOAD=zero)  # fmt: skip
+        self.sum = bind(moe_sum_kernel, H=hidden, E=experts, TOP_K=top_k, BLOCK_T=self.sum_rows, BLOCK_H=block_h,
+                        ZERO_AFTER_LOAD=zero)  # fmt: skip
 
 
 @plan_cache
@@ -390,8 +393,7 @@ def align_slots(topk_ids: torch.Tensor, num_experts: int, plan: _Plan):
     bound = min(n, -(-n // plan.block_m) + min(num_experts, n))
     if n <= align.SINGLE_PROGRAM_SLOTS:
         index = topk_ids.new_empty(3 * bound + n, dtype=torch.int32)
-        run_kernel(align.moe_align_single_kernel, topk_ids, index, n, bound, *plan.align_single, grid=(1,),
-                   warmup=False)
+        plan.align_single((1,), topk_ids, index, n, bound)
         return index, bound
     chunk = max(align.MIN_CHUNK, 1 << (-(-n // align.MAX_CHUNKS) - 1).bit_length())
     chunks = -(-n // chunk)
@@ -399,12 +401,9 @@ def align_slots(topk_ids: torch.Tensor, num_experts: int, plan: _Plan):
     # after the table and the sorted slots: the chunks' expert counts, then the experts' starts
     sorted_slots = index[3 * bound : 3 * bound + n]
     chunk_counts, starts = index[3 * bound + n : -num_experts], index[-num_experts:]
-    run_kernel(align.moe_align_count_kernel, topk_ids, chunk_counts, n, chunk, *plan.align_count, grid=(chunks,),
-               warmup=False)  # fmt: skip
-    run_kernel(align.moe_align_prefix_kernel, chunk_counts, starts, index, chunks, bound, *plan.align_prefix,
-               grid=(1,), warmup=False)  # fmt: skip
-    run_kernel(align.moe_align_scatter_kernel, topk_ids, chunk_counts, starts, sorted_slots, n, chunk,
-               *plan.align_scatter, grid=(chunks,), warmup=False)  # fmt: skip
+    plan.align_count((chunks,), topk_ids, chunk_counts, n, chunk)
+    plan.align_prefix((1,), chunk_counts, starts, index, chunks, bound)
+    plan.align_scatter((chunks,), topk_ids, chunk_counts, starts, sorted_slots, n, chunk)
     return index, bound
 
 
@@ -489,26 +488,16 @@ def fused_experts(
     # whatever n: Triton specialises the offset on its 16-divisibility).
     inter_size = -(-n * inter // 64) * 64
     scratch = hidden_states.new_empty(inter_size + n * hidden if top_k > 1 else n * inter)
-    run_kernel(moe_gate_up_kernel,
-        x, w13, scratch, index, bound, weights, x.stride(0), *w13.stride()[:2], x_scale, w13_scale,
-        *plan.gate_up, grid=(bound, plan.gate_up_tiles), **plan.keywords,
-    )  # fmt: skip
+    plan.gate_up((bound, plan.gate_up_tiles),
+        x, w13, scratch, index, bound, weights, x.stride(0), *w13.stride()[:2], x_scale, w13_scale)  # fmt: skip
     # W8A8: the activation rows quantized per row (SGLang's intermediate cache quantized per token)
     inter_rows, inter_scale = per_token_quant_int8(scratch[: n * inter].view(n, inter), check=False) if int8 \
         else (scratch, None)  # fmt: skip
     if top_k == 1:
-        run_kernel(moe_down_kernel,
-            inter_rows, w2, out, 0, index, bound, weights, *w2.stride()[:2], out.stride(0), inter_scale, w2_scale,
-            *plan.down, grid=(bound, plan.down_tiles), **plan.keywords,
-        )  # fmt: skip
+        plan.down((bound, plan.down_tiles),
+            inter_rows, w2, out, 0, index, bound, weights, *w2.stride()[:2], out.stride(0), inter_scale, w2_scale)  # fmt: skip
         return out
-    run_kernel(moe_down_kernel,
-        inter_rows, w2, scratch, inter_size, index, bound, weights, *w2.stride()[:2], hidden, inter_scale, w2_scale,
-        *plan.down, grid=(bound, plan.down_tiles), **plan.keywords,
-    )  # fmt: skip
-    run_kernel(moe_sum_kernel,
-        scratch, inter_size, ids, out, tokens, out.stride(0), *plan.sum,
-        grid=(-(-tokens // plan.sum_rows), plan.sum_cols),
-        warmup=False,  # the config's num_warps/num_stages are the GEMMs'; the sum keeps Triton's defaults
-    )  # fmt: skip
+    plan.down((bound, plan.down_tiles),
+        inter_rows, w2, scratch, inter_size, index, bound, weights, *w2.stride()[:2], hidden, inter_scale, w2_scale)  # fmt: skip
+    plan.sum((-(-tokens // plan.sum_rows), plan.sum_cols), scratch, inter_size, ids, out, tokens, out.stride(0))
     return out

@@ -23,7 +23,7 @@ import triton.language as tl
 
 from ...runtime import launch_options, plan_cache, use_triton
 from ..spec import explicit_config, lookup_config
-from ..launch import constexpr_args, run_kernel, run_keywords
+from ..launch import KernelLaunch, constexpr_args, run_keywords
 from ..validation import (
     checked_mode,
     power_of_two_at_most,
@@ -156,8 +156,8 @@ def _validate_tensors(router_logits, correction_bias):
 
 @plan_cache
 def _plan(experts, top_k, scoring, has_bias, num_expert_group, topk_group, scaled, renormalize, config=None):
-    """(top_k, ROWS, the kernel's constexprs by name, the same in signature
-    order, the `run_keywords`) of a shape class,
+    """(top_k, ROWS, the kernel's constexprs by name, its `KernelLaunch`) of
+    a shape class,
     its scalar arguments validated: resolved once per class, target and
     config directory (an explicit `config` builds afresh), so a call pays
     neither lookup nor checks."""
@@ -187,7 +187,8 @@ def _plan(experts, top_k, scoring, has_bias, num_expert_group, topk_group, scale
                 SIGMOID=scoring == "sigmoid", HAS_BIAS=has_bias, GROUPS=groups,
                 BLOCK_G=triton.next_power_of_2(max(groups, 1)), TOPK_GROUP=topk_group or 0,
                 RENORMALIZE=renormalize, SCALE=scaled)  # fmt: skip
-    return top_k, rows, meta, constexpr_args(moe_topk_kernel, **meta), run_keywords(launch_options(config))
+    launch = KernelLaunch(moe_topk_kernel, constexpr_args(moe_topk_kernel, **meta), run_keywords(launch_options(config)))
+    return top_k, rows, meta, launch
 
 
 def moe_topk(
@@ -221,7 +222,7 @@ def moe_topk(
     if type(top_k) is not int:  # 2.0 would share 2's cached plan
         top_k = require_number(OP, "top_k", top_k, minimum=1, integer=True)
     args = (experts, top_k, scoring, correction_bias is not None, num_expert_group, topk_group, scaled, bool(renormalize))
-    top_k, rows, _, constexprs, keywords = _plan(*args) if config is None else _plan.uncached(*args, config)
+    top_k, rows, _, launch = _plan(*args) if config is None else _plan.uncached(*args, config)
     scaling = require_number(OP, "routed_scaling_factor", routed_scaling_factor, above=0.0) if scaled else 1.0
     weights = router_logits.new_empty(tokens, top_k, dtype=torch.float32)
     ids = router_logits.new_empty(tokens, top_k, dtype=torch.int32)
@@ -231,8 +232,6 @@ def moe_topk(
         return reference.moe_topk(router_logits, top_k, renormalize=renormalize, scoring=scoring,
                                   correction_bias=correction_bias, num_expert_group=num_expert_group,
                                   topk_group=topk_group, routed_scaling_factor=routed_scaling_factor)  # fmt: skip
-    run_kernel(moe_topk_kernel,
-        router_logits, router_logits if correction_bias is None else correction_bias, weights, ids,
-        tokens, router_logits.stride(0), scaling, *constexprs, grid=(-(-tokens // rows),), **keywords,
-    )  # fmt: skip
+    launch((-(-tokens // rows),), router_logits, router_logits if correction_bias is None else correction_bias, weights,
+           ids, tokens, router_logits.stride(0), scaling)  # fmt: skip
     return weights, ids

@@ -97,7 +97,7 @@ def moe_topk_kernels(shape, dtype, config) -> list[KernelSpec]:
     if config is None:
         config = get_config("moe_topk", target=GPU, num_experts=shape["num_experts"])
     kwargs = _routing_kwargs(shape, "cpu")
-    _, _, constexprs, _, _ = topk_plan.uncached(
+    _, _, constexprs, _ = topk_plan.uncached(
         shape["num_experts"], shape["top_k"], kwargs["scoring"], "correction_bias" in kwargs,
         shape.get("groups") or None, shape.get("topk_group") or None, "routed_scaling_factor" in kwargs,
         bool(kwargs["renormalize"]), config)  # fmt: skip

@@ -22,7 +22,7 @@ import torch
 
 from ...runtime import capabilities, launch_options, plan_cache, use_triton
 from ..spec import explicit_config, lookup_config
-from ..launch import constexpr_args, run_kernel, run_keywords
+from ..launch import KernelLaunch, constexpr_args, run_keywords
 from ..validation import (
     as_rows,
     checked_mode,
@@ -58,8 +58,7 @@ _KERNELS = {"rms_norm": kernels.rms_norm_kernel, "fused_add_rms_norm": kernels.f
 @dataclass(frozen=True)
 class RowPlan:
     rows_per_program: int
-    constexprs: tuple  # the kernel's positional tail (`ops.launch`)
-    launch: dict
+    launch: KernelLaunch  # the kernel, its constexprs and options (`ops.launch`)
     # FIT_ROWS (the interpreter's config only): a call with fewer rows than
     # the tile takes a tile of those rows rounded up to a power of two (the
     # interpreter's numpy works on every padding row; it compiles nothing, so
@@ -71,9 +70,10 @@ def _row_plan(op: str, width: int, config: dict) -> RowPlan:
     block_cols = 1 << max(width - 1, 0).bit_length()  # the row padded to a power of two
     rows = power_of_two_at_most(config["ROWS_PER_PROGRAM"])  # defaults: autotune_configs/default.yaml
     rows = max(1, min(rows, MAX_TILE_ELEMENTS // block_cols))
-    constexprs = constexpr_args(_KERNELS[op], N_COLS=width, BLOCK_COLS=block_cols, ROWS_PER_PROGRAM=rows,
+    kernel = _KERNELS[op]
+    constexprs = constexpr_args(kernel, N_COLS=width, BLOCK_COLS=block_cols, ROWS_PER_PROGRAM=rows,
                                 LOAD_IGNORES_OTHER=capabilities().load_ignores_other)  # fmt: skip
-    return RowPlan(rows, constexprs, run_keywords(launch_options(config)), bool(config["FIT_ROWS"]))
+    return RowPlan(rows, KernelLaunch(kernel, constexprs, run_keywords(launch_options(config))), bool(config["FIT_ROWS"]))
 
 
 @plan_cache
@@ -97,13 +97,11 @@ def _launch(op: str, x_rows, residual_rows, weight, out_rows, eps: float, config
     if plan.fit_rows and n_rows < plan.rows_per_program and config is None:
         plan = _fitted_plan(op, width, 1 << (n_rows - 1).bit_length())
     grid = (-(-n_rows // plan.rows_per_program),)
-    kernel = _KERNELS[op]
     if residual_rows is None:
-        run_kernel(kernel, x_rows, weight, out_rows, n_rows, x_rows.stride(0), out_rows.stride(0), eps,
-                   *plan.constexprs, grid=grid, **plan.launch)  # fmt: skip
+        plan.launch(grid, x_rows, weight, out_rows, n_rows, x_rows.stride(0), out_rows.stride(0), eps)
     else:
-        run_kernel(kernel, x_rows, residual_rows, weight, out_rows, n_rows, x_rows.stride(0), residual_rows.stride(0),
-                   out_rows.stride(0), eps, *plan.constexprs, grid=grid, **plan.launch)  # fmt: skip
+        plan.launch(grid, x_rows, residual_rows, weight, out_rows, n_rows, x_rows.stride(0), residual_rows.stride(0),
+                    out_rows.stride(0), eps)  # fmt: skip
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *, check: bool = True,

@@ -14,7 +14,7 @@ import triton
 
 from ...runtime import capabilities, launch_options, plan_cache, use_triton
 from ...runtime.dtypes import FLOAT_DTYPES, dtype_names
-from ..launch import constexpr_args, run_kernel, run_keywords
+from ..launch import KernelLaunch, constexpr_args, run_keywords
 from ..row_tiles import TilePlan, row_tile_plan
 from ..spec import explicit_config, lookup_config
 from ..validation import as_rows, checked_mode, power_of_two_at_most, require_choice, require_same, \
@@ -61,8 +61,7 @@ def per_token_quant_int8(x: torch.Tensor, *, check: bool = True,
     rows_bucket = 1 << (n - 1).bit_length()
     plan = _cached_quant_plan(d, rows_bucket) if config is None else \
         _quant_plan(d, explicit_config(QUANT_OP, config, hidden_size=d, rows=rows_bucket))  # fmt: skip
-    run_kernel(kernels.per_token_quant_int8_kernel, rows, q, scale, n, rows.stride(0), d, *plan.constexprs,
-               grid=(-(-n // plan.rows_per_program),), **plan.launch)  # fmt: skip
+    plan.launch((-(-n // plan.rows_per_program),), rows, q, scale, n, rows.stride(0), d)
     return q, scale
 
 
@@ -91,10 +90,10 @@ class _MMPlan:
             while bm * bk * bn > SUM_TILE_CAP and bk > 1:
                 bk //= 2
         self.block_m, self.block_n, self.block_k = bm, bn, bk
-        self.constexprs = constexpr_args(kernels.scaled_mm_kernel, N=n, K=k, HAS_BIAS=has_bias, BLOCK_M=bm,
-                                         BLOCK_N=bn, BLOCK_K=bk, FORMULATION=self.formulation,
-                                         LOAD_IGNORES_OTHER=caps.load_ignores_other, ACC_ONLY=acc_only)  # fmt: skip
-        self.keywords = run_keywords(launch_options(config))
+        constexprs = constexpr_args(kernels.scaled_mm_kernel, N=n, K=k, HAS_BIAS=has_bias, BLOCK_M=bm, BLOCK_N=bn,
+                                    BLOCK_K=bk, FORMULATION=self.formulation, LOAD_IGNORES_OTHER=caps.load_ignores_other,
+                                    ACC_ONLY=acc_only)  # fmt: skip
+        self.launch = KernelLaunch(kernels.scaled_mm_kernel, constexprs, run_keywords(launch_options(config)))
 
 
 @plan_cache
@@ -127,8 +126,8 @@ def _launch(a, b, scale_a, scale_b, bias, out, acc_only, formulation, config):
     args = (1 << max(m - 1, 0).bit_length(), n, k, bias is not None, acc_only, formulation)
     plan = _mm_plan(*args) if config is None else _mm_plan.uncached(*args, config)
     grid = (-(-m // plan.block_m), -(-n // plan.block_n))
-    run_kernel(kernels.scaled_mm_kernel, a, b, scale_a, scale_b, bias, out, m, a.stride(0), a.stride(1), b.stride(0),
-               b.stride(1), out.stride(0), *plan.constexprs, grid=grid, **plan.keywords)  # fmt: skip
+    plan.launch(grid, a, b, scale_a, scale_b, bias, out, m, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+                out.stride(0))  # fmt: skip
     return out
 
 

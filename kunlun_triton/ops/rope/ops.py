@@ -17,7 +17,7 @@ import torch
 
 from ...runtime import INDEX_DTYPES, capabilities, launch_options, plan_cache, use_triton
 from ..spec import explicit_config, lookup_config
-from ..launch import constexpr_args, run_kernel, run_keywords
+from ..launch import KernelLaunch, constexpr_args, run_keywords
 from ..validation import (checked_mode, power_of_two_at_most, require_disjoint, require_number, require_same_device,
                           require_tensor)
 from . import kernels, reference
@@ -60,8 +60,7 @@ def _require_own_memory(x: torch.Tensor, name: str, head_stride: int, num_heads:
 class RopePlan:
     tokens_per_program: int
     heads_per_program: int
-    constexprs: tuple  # the kernel's positional tail (`ops.launch`)
-    launch: dict
+    launch: KernelLaunch  # the kernel with its constexprs and options (`ops.launch`)
 
 
 def _rope_plan(num_q_heads: int, num_k_heads: int, rotary_dim: int, is_neox: bool, config: dict) -> RopePlan:
@@ -78,7 +77,8 @@ def _rope_plan(num_q_heads: int, num_k_heads: int, rotary_dim: int, is_neox: boo
         kernels.rotary_embedding_kernel, NUM_Q_HEADS=num_q_heads, NUM_K_HEADS=num_k_heads, ROT_HALF=rot_half,
         BLOCK_HALF=1 << max(rot_half - 1, 0).bit_length(), IS_NEOX=is_neox, TOKENS_PER_PROGRAM=tokens,
         HEADS_PER_PROGRAM=heads, LOAD_IGNORES_OTHER=capabilities().load_ignores_other, HEAD_TILE=head_tile)  # fmt: skip
-    return RopePlan(tokens, heads, constexprs, run_keywords(launch_options(config)))
+    return RopePlan(tokens, heads, KernelLaunch(kernels.rotary_embedding_kernel, constexprs,
+                                               run_keywords(launch_options(config))))
 
 
 @plan_cache
@@ -170,7 +170,6 @@ def rotary_embedding(
         plan = _rope_plan(num_q_heads, num_k_heads, rotary_dim, is_neox,
                           explicit_config(OP, config, head_size=head_size, tokens=n_tokens))  # fmt: skip
     grid = (-(-n_tokens // plan.tokens_per_program), -(-(num_q_heads + num_k_heads) // plan.heads_per_program))
-    run_kernel(kernels.rotary_embedding_kernel,
-        positions, query, query if key is None else key, cos_sin_cache, n_tokens, q_token_stride, q_head_stride,
-        k_token_stride, k_head_stride, cos_sin_cache.stride(0), *plan.constexprs, grid=grid, **plan.launch)  # fmt: skip
+    plan.launch(grid, positions, query, query if key is None else key, cos_sin_cache, n_tokens, q_token_stride,
+                q_head_stride, k_token_stride, k_head_stride, cos_sin_cache.stride(0))  # fmt: skip
     return query, key

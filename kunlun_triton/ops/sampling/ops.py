@@ -48,7 +48,7 @@ import torch
 
 from ...runtime import capabilities, current_target, launch_options, plan_cache, use_triton
 from ..spec import explicit_config, lookup_config
-from ..launch import constexpr_args, run_kernel, run_keywords
+from ..launch import KernelLaunch, LaunchSequence, constexpr_args, run_keywords
 from ..validation import checked_mode, require_tensor
 from . import kernels, pivot_kernels, reference, renorm_kernels
 
@@ -157,9 +157,9 @@ class SamplePlan:
     # `OpSpec.kernels` compiles and scripts/sampling_counts.py counts
     launches: list
     scratch_words: int  # 4-byte words of scratch (`scratch_words`)
-    # (kernel, grid, argument getter, constexprs in order, `run_keywords`):
-    # what a call launches (`ops.launch`)
-    calls: tuple
+    # what a call launches: each kernel with its constexprs and options, its
+    # grid and its pick of `_CALL_ARGS` (`ops.launch`)
+    calls: LaunchSequence
 
 
 def sample_plan(batch: int, vocab: int, config: dict, *, sampling=True, top_k=True, top_p=True, min_p=True,
@@ -185,8 +185,8 @@ def sample_plan(batch: int, vocab: int, config: dict, *, sampling=True, top_k=Tr
                                                      **has, "LAST": r == ROUNDS - 1}))  # fmt: skip
     options = launch_options(config, target)
     keywords = run_keywords(options)
-    calls = tuple((_KERNELS[name], grid, _ARG_GETTERS[name], constexpr_args(_KERNELS[name], **meta), keywords)
-                  for name, grid, meta in launches)  # fmt: skip
+    calls = LaunchSequence([(KernelLaunch(_KERNELS[name], constexpr_args(_KERNELS[name], **meta), keywords), grid,
+                             _ARG_GETTERS[name]) for name, grid, meta in launches], len(_CALL_ARGS))  # fmt: skip
     launches = [(name, grid, {**meta, **options}) for name, grid, meta in launches]
     return SamplePlan(n_blocks, launches, scratch_words(batch, n_blocks, common["TOP_R"]), calls)
 
@@ -218,8 +218,7 @@ def _launch(plan: SamplePlan, batch, vocab, logits, temperature, top_k, top_p, m
             out) -> None:  # fmt: skip
     args = (logits, temperature, top_k, top_p, min_p, seed, position, scratch, out, batch, vocab, logits.stride(0),
             plan.n_blocks)  # fmt: skip
-    for kernel, grid, pick, constexprs, keywords in plan.calls:
-        run_kernel(kernel, *pick(args), *constexprs, grid=grid, **keywords)
+    plan.calls(args)
 
 
 def plan_kernel_specs(plan, dtypes: dict) -> list:
@@ -415,10 +414,9 @@ def _renorm(op: str, probs, top_ks, top_ps, min_ps, check: bool, config: dict | 
     out = probs.new_empty(batch, vocab)
     if batch == 0:
         return out
-    grid, constexprs, keywords = _cached_renorm_plan(op, batch, vocab) if config is None else \
+    grid, launch = _cached_renorm_plan(op, batch, vocab) if config is None else \
         _renorm_plan(batch, vocab, _config(op, vocab, config))  # fmt: skip
-    run_kernel(renorm_kernels.renorm_probs_kernel, probs, top_ks, top_ps, min_ps, out, batch, vocab, probs.stride(0),
-               out.stride(0), *constexprs, grid=grid, **keywords)  # fmt: skip
+    launch(grid, probs, top_ks, top_ps, min_ps, out, batch, vocab, probs.stride(0), out.stride(0))
     return out
 
 
@@ -431,9 +429,10 @@ def renorm_launch(batch: int, vocab: int, config: dict, target=None):
 
 
 def _renorm_plan(batch: int, vocab: int, config: dict):
-    """(grid, constexprs in order, `run_keywords`) of one renorm call."""
+    """(grid, `KernelLaunch`) of one renorm call."""
     grid, constexprs, options = renorm_launch(batch, vocab, config)
-    return grid, constexpr_args(renorm_kernels.renorm_probs_kernel, **constexprs), run_keywords(options)
+    kernel = renorm_kernels.renorm_probs_kernel
+    return grid, KernelLaunch(kernel, constexpr_args(kernel, **constexprs), run_keywords(options))
 
 
 @plan_cache
