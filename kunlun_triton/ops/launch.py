@@ -390,46 +390,53 @@ class LaunchSequence:
     ``launch(grid, *pick(args))`` (`pick`: an ``operator.itemgetter`` of
     several positions, or None for all of `args`), keyed once on a hit."""
 
-    __slots__ = ("steps", "kernels", "_key", "_entries", "_off", "_n_args")
+    __slots__ = ("steps", "kernels", "_key", "_entries", "_off")
 
     def __init__(self, steps, n_args: int):
         self.steps = tuple(steps)
         self.kernels = tuple(launch.kernel for launch, _, _ in self.steps)
-        self._n_args = n_args
         self._off = any(launch._off or type(grid) is not tuple for launch, grid, _ in self.steps)
         self._key = None if self._off else _key_function(None, n_args)
         self._entries: dict = {}
 
-    def _picked(self, args):
-        return [(launch, grid, args if pick is None else pick(args)) for launch, grid, pick in self.steps]
-
     def __call__(self, args: tuple):
-        env = None if self._off or any(kernel.pre_run_hooks for kernel in self.kernels) else _environment()
-        if env is None:
-            for launch, grid, picked in self._picked(args):
-                launch(grid, *picked)
-            return
-        drv, enter, leave = env
-        device = drv.get_current_device()
-        try:
-            key = self._key(device, _knob_values(tuple(map(_DEBUG, self.kernels))), *args)
-            entries = self._entries.get(key)
-        except (_Plain, TypeError):
-            entries = None
-            key = None
-        if entries is None or any(kernel.used_global_vals and _globals_changed(kernel) for kernel in self.kernels):
-            compiled = [launch(grid, *picked) for launch, grid, picked in self._picked(args)]
-            entries = [_entry(c) for c in compiled]
-            if key is not None and None not in entries:
-                if len(self._entries) >= _MAX_ENTRIES:
-                    self._entries.clear()
-                self._entries[key] = tuple(zip(entries, self.steps))
+        env = None if self._off else _environment()
+        for kernel in self.kernels:
+            if env is None or kernel.pre_run_hooks or (kernel.used_global_vals and _globals_changed(kernel)):
+                env = None
+                break
+        entries = key = None
+        if env is not None:
+            drv, enter, leave = env
+            device = drv.get_current_device()
+            try:
+                key = self._key(device, _knob_values(tuple(map(_DEBUG, self.kernels))), *args)
+                entries = self._entries.get(key)
+            except (_Plain, TypeError):
+                key = None
+        if entries is None:
+            self._miss(key, args)
             return
         stream = drv.get_current_stream(device)
-        for (run, function, metadata, _), (launch, grid, pick) in entries:
-            n = len(grid)
-            run(grid[0], grid[1] if n > 1 else 1, grid[2] if n > 2 else 1, stream, function, metadata, None, enter,
-                leave, *(args if pick is None else pick(args)), *launch.constexprs)  # fmt: skip
+        # per step: the driver's launcher, grid, function, metadata, pick, constexprs
+        for run, g0, g1, g2, function, metadata, pick, constexprs in entries:
+            run(g0, g1, g2, stream, function, metadata, None, enter, leave,
+                *(args if pick is None else pick(args)), *constexprs)  # fmt: skip
+
+    def _miss(self, key, args):
+        """Each step as its `KernelLaunch` launches it (Triton's path on its
+        first key), then the CompiledKernels kept under `key`."""
+        entries = []
+        for launch, grid, pick in self.steps:
+            entry = _entry(launch(grid, *(args if pick is None else pick(args))))
+            if entry is not None:
+                n = len(grid)
+                entries.append((entry[0], grid[0], grid[1] if n > 1 else 1, grid[2] if n > 2 else 1, entry[1], entry[2],
+                                pick, launch.constexprs))  # fmt: skip
+        if key is not None and len(entries) == len(self.steps):
+            if len(self._entries) >= _MAX_ENTRIES:
+                self._entries.clear()
+            self._entries[key] = tuple(entries)
 
 
 _MISSING = object()

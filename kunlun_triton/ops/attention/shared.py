@@ -32,7 +32,10 @@ def needs_int64(*tensors) -> bool:
     """Whether element offsets into any of `tensors` can pass 2**31 (then the
     kernels index in int64; a pool's size is fixed, so this never flips
     mid-serving)."""
-    return any(t.numel() >= INT32_LIMIT for t in tensors)
+    for t in tensors:
+        if t.numel() >= INT32_LIMIT:
+            return True
+    return False
 
 
 @dataclass(frozen=True)
@@ -153,13 +156,14 @@ def latent_view(k_buffer, v_buffer) -> bool:
     """Whether V is the first v_dim values of K's rows, as SGLang's MLA pool
     hands them over (``v = kv[..., :kv_lora_rank]``): then a kernel can take
     V from the K tile it loaded. Meta tensors (ahead-of-time planning) share
-    no addresses, so there the view's base tells."""
-    if (v_buffer.stride() != k_buffer.stride() or v_buffer.dtype != k_buffer.dtype
-            or v_buffer.storage_offset() != k_buffer.storage_offset()):
+    no addresses (all 0), so there the view's base tells. (Addresses first:
+    two reads settle the common case, separate K and V.)"""
+    if (v_buffer.data_ptr() != k_buffer.data_ptr() or v_buffer.stride() != k_buffer.stride()
+            or v_buffer.dtype != k_buffer.dtype or v_buffer.storage_offset() != k_buffer.storage_offset()):
         return False
     if k_buffer.device.type == "meta":
         return v_buffer._base is not None and v_buffer._base is (k_buffer._base if k_buffer._base is not None else k_buffer)
-    return v_buffer.data_ptr() == k_buffer.data_ptr()
+    return True
 
 
 def check_formulation(op: str, formulation) -> None:
