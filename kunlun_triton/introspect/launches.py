@@ -17,7 +17,7 @@ replaced by a stub for the duration of a ``with`` block:
   specialisation, cache key and lookup, grid and launch metadata), and only
   the compile and the driver's launch are stand-ins: most of a launch's host
   cost, which a stub at ``run()`` leaves out. The launchers' fast path
-  (`ops.launch.run_kernel`, which replays a cached CompiledKernel without
+  (`ops.fast_launch`, which replays a cached CompiledKernel without
   the binder) runs as it does on a device.
 - `kernel_specs`: the ahead-of-time compile specs (`KernelSpec`) of the
   launches a call makes, as another target would make them: the launcher's
@@ -221,7 +221,7 @@ def _compiled_kernel_class():
 class _StubKernel(_compiled_kernel_class()):
     """A compiled kernel's launch interface, doing nothing (the driver's
     launch). A CompiledKernel (nothing loaded, nothing to unload), so the
-    launchers' fast path (`ops.launch.run_kernel`) keeps and replays it as it
+    launchers' fast path (`ops.fast_launch`) keeps and replays it as it
     does a real one; `on_launch(kernel, args)` (when given) sees each driver
     launch's arguments, ``(grid_0, grid_1, grid_2, stream, function,
     packed_metadata, launch_metadata, enter_hook, exit_hook, *args)``."""

@@ -51,7 +51,7 @@ class Capabilities:
     dot_int8: bool = False
     # Launches replay a cached CompiledKernel through its own launcher when a
     # cheap key of the arguments has been seen, skipping Triton's binder
-    # (ops/launch.py `run`: 6-8 us a launch). Only where that Triton launch
+    # (ops/fast_launch.py; Triton's run(): 6-8 us a launch). Only where that Triton launch
     # path was checked: CUDA and HIP. Kunlun's Triton fork is not (its
     # JITFunction.run is its own), the interpreter has no binder.
     fast_launch: bool = False

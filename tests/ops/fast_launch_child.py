@@ -5,7 +5,8 @@ Triton's own JITFunction.run down to the driver's launch, compiles stood in
 by one stub CompiledKernel per Triton cache key). Prints one JSON line.
 
 The oracle is Triton itself: for every launch, the CompiledKernel the fast
-path (`ops.launch.run_kernel`) hands the driver must be the one Triton's own
+path (`ops.fast_launch.run_kernel`, and `ops.launch`'s KernelLaunch and
+LaunchSequence) hands the driver must be the one Triton's own
 ``kernel.run`` hands it for the same arguments (found under Triton's cache
 key), with the same grid, stream, function, metadata, hooks and arguments.
 """
@@ -25,7 +26,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kunlun_triton.introspect.launches import _StubDriver, record_launches, stubbed_below_binder
-from kunlun_triton.ops import launch
+from kunlun_triton.ops import fast_launch
 from kunlun_triton.ops.launch import KernelLaunch, LaunchSequence, run_kernel, run_keywords
 from kunlun_triton.runtime import Target, targeting
 
@@ -154,7 +155,7 @@ def oracle(examples: int) -> dict:
         bound = {}
         try:
             holds()
-            state = kernel.__dict__[launch._STATE]
+            state = kernel.__dict__[fast_launch._STATE]
             hits = [len(single._entries) + len(steps._entries) for single, steps in bound.values()]
             out[name] = {"ok": True, "entries": len(state.entries), "bound_entries": sum(hits)}
         except Exception:

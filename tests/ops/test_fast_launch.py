@@ -1,4 +1,4 @@
-"""The fast launch path (`ops.launch.run_kernel`, issue 24): on a compiled
+"""The fast launch path (`ops.fast_launch`, issue 24): on a compiled
 target a launch whose cheap key was seen replays the CompiledKernel Triton
 returned for it, through that kernel's own launcher, without Triton's binder.
 

@@ -33,7 +33,7 @@ import triton
 import triton.language as tl
 
 from ...runtime import plan_cache
-from ..launch import constexpr_args, run_kernel
+from ..launch import KernelLaunch, constexpr_args
 from ..loads import masked_load
 from .fp8 import kv_values
 from .shared import Formulation, dim_block, next_power_of_2
@@ -158,17 +158,19 @@ def decode_batch_kernel(
 
 
 @plan_cache
-def batch_constexprs(tiles: tuple, block_r: int, kv_heads: int, group: int, head_dim: int, v_dim: int,
-                     logit_cap: float, window: int, pool_i64: bool, fmt: int) -> tuple:  # fmt: skip
-    """The kernel's constexprs in signature order, once per shape class
-    (`tiles`: the plan's use_dot, dot_fp32, block_d, block_dv, block_n, load_ignores_other)."""
+def batch_launch(tiles: tuple, options: tuple, block_r: int, kv_heads: int, group: int, head_dim: int, v_dim: int,
+                 logit_cap: float, window: int, pool_i64: bool, fmt: int) -> KernelLaunch:  # fmt: skip
+    """The kernel with its constexprs and launch options (`options`: the
+    plan's, as items), once per shape class (`tiles`: the plan's use_dot,
+    dot_fp32, block_d, block_dv, block_n, load_ignores_other)."""
     use_dot, dot_fp32, block_d, block_dv, block_n, load_ignores_other = tiles
     block_g = max(next_power_of_2(group), 16 if use_dot else 1)  # tl.dot tiles are at least 16 x 16
-    return constexpr_args(
+    constexprs = constexpr_args(
         decode_batch_kernel, KV_HEADS=kv_heads, GROUP=group, HEAD_DIM=head_dim, V_DIM=v_dim, BLOCK_R=block_r,
         BLOCK_G=block_g, BLOCK_D=block_d, BLOCK_DV=block_dv, BLOCK_N=block_n, LOGIT_CAP=logit_cap, WINDOW=window,
         USE_DOT=use_dot, DOT_FP32=dot_fp32, POOL_I64=pool_i64, LOAD_IGNORES_OTHER=load_ignores_other,
         KV_FORMAT=fmt)  # fmt: skip
+    return KernelLaunch(decode_batch_kernel, constexprs, dict(options))
 
 
 def launch_batch(plan, q, k_buffer, v_buffer, o, kv_indptr, kv_indices, sm_scale, logit_cap, window, pool_i64, fmt,
@@ -183,10 +185,9 @@ def launch_batch(plan, q, k_buffer, v_buffer, o, kv_indptr, kv_indices, sm_scale
     # tail tiles (80 = 64 + 16): padding costs the interpreter nothing per op.
     block_d = dim_block(head_dim, Formulation(plan.use_dot, plan.dot_fp32))
     tiles = (plan.use_dot, plan.dot_fp32, block_d, plan.block_dv, plan.block_n, plan.load_ignores_other)
-    constexprs = batch_constexprs(tiles, block_r, kv_heads, q_heads // kv_heads, head_dim, v_dim, logit_cap, window,
-                                  pool_i64, fmt)  # fmt: skip
-    run_kernel(decode_batch_kernel,
+    launch = batch_launch(tiles, tuple(plan.launch.items()), block_r, kv_heads, q_heads // kv_heads, head_dim, v_dim,
+                          logit_cap, window, pool_i64, fmt)  # fmt: skip
+    launch((-(-rows // block_r),),
         q, k_buffer, v_buffer, kv_indptr, kv_indices, o, sm_scale, rows, q.stride(0), q.stride(1),
         k_buffer.stride(0), k_buffer.stride(1), v_buffer.stride(0), v_buffer.stride(1), o.stride(0), o.stride(1),
-        k_scale, v_scale, *constexprs, grid=(-(-rows // block_r),), **plan.launch,
-    )  # fmt: skip
+        k_scale, v_scale)  # fmt: skip

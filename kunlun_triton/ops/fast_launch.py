@@ -1,0 +1,279 @@
+"""The fast launch path (issue 24): a repeated launch on a compiled target
+skips Triton's binder, replaying the CompiledKernel Triton returned for an
+equal key. `ops.launch` builds on it (`KernelLaunch`, `LaunchSequence`);
+`run_kernel` is its unbound form."""
+
+from __future__ import annotations
+
+import operator
+import weakref
+
+import torch
+from triton import knobs as _knobs
+from triton.knobs import HookChain as _HookChain
+from triton.runtime.driver import driver as _driver
+from triton.runtime.jit import JITFunction as _JITFunction
+
+from ..runtime.env import raw_env_token
+
+# ---------------------------------------------------------------------------
+# The fast launch path (issue 24): Triton's binder skipped on a cache hit.
+#
+# ``JITFunction.run`` costs 6-8 us a launch on the build machine before the
+# driver sees anything (knob reads, current device and stream, the binder,
+# ``str(options)`` in its cache key, launch metadata, hooks): more than a
+# launcher's own Python. `run_kernel` calls it as a launcher would on a miss (it
+# compiles if needed and returns the CompiledKernel), keeps that
+# CompiledKernel under a cheap key of its own, and on a hit calls the
+# CompiledKernel's launcher as ``JITFunction.run`` does, with the current
+# stream.
+#
+# The cheap key refines Triton's (equal cheap keys => equal Triton keys;
+# tests/ops/test_fast_launch.py holds it to Triton's own binder): per
+# runtime argument its kind and what the binder specialises on (a tensor's
+# dtype and 16-byte alignment, an int's == 1 / i32 / i64 / u64 class and
+# 16-divisibility), a constexpr's type and value, the launch keywords' names,
+# types and values, the current device and the knobs Triton folds into its
+# options. It is recomputed on every call: alignment is never assumed.
+#
+# Anything else takes the plain path: an argument kind not listed, keywords
+# naming parameters, fewer positional arguments than parameters (defaults), a
+# grid that is not a tuple, warmup, pre-run hooks, a launch or
+# stage-inspection hook set, an interpreted kernel, a patched or unverified
+# ``JITFunction.run`` (a Triton whose launch path this was not checked
+# against; also `introspect.launches`' stubs at run()), a kernel Triton hands
+# back that is not a CompiledKernel (async compilation), and a driver whose
+# target's capability profile has no ``fast_launch`` (Kunlun's Triton fork,
+# the interpreter).
+# ---------------------------------------------------------------------------
+
+# sha256[:16] of inspect.getsource(JITFunction.run) for the Tritons whose
+# launch path `run_kernel` mirrors: 3.9.0 and 3.8.0 (SGLang 0.5.23's).
+VERIFIED_RUN_SOURCES = frozenset({"3293f3bc9eab4de7", "8686893714b9aef1"})
+MAX_ENTRIES = 256  # per kernel: a plan cache churning keys costs misses, not memory
+_STATE = "_kunlun_triton_fast_launch"  # the kernel's attribute holding its _FastKernel
+_Tensor, _Parameter = torch.Tensor, torch.nn.Parameter
+_runtime_knobs, _compilation_knobs = _knobs.runtime, _knobs.compilation
+# Triton 3.9 folds this knob into every launch's options (3.8 has none). Its
+# getter decodes the environment on every read (0.4 us); the key holds the
+# raw value instead (equal raw values decode alike) and any value set in code.
+_FPSAN = "fpsan_homomorphic_casts"
+_HAS_FPSAN = _FPSAN in type(_compilation_knobs).__dict__
+_verified_run = None  # the last JITFunction.run whose source matched
+_rejected_run = None  # the last JITFunction.run whose source did not
+_RUN_CHECKS = weakref.WeakKeyDictionary()  # JITFunction.run functions seen -> verified
+_fast_driver = None  # the last driver seen whose target takes the fast path
+_DRIVERS: dict = {}  # id(driver) -> (driver, whether its target takes the fast path)
+
+
+class Unkeyed(Exception):
+    """An argument the cheap key does not classify: the launch takes Triton's path."""
+
+
+def _run_verified(current) -> bool:
+    """Whether `current` (``JITFunction.run`` now) is a launch path
+    `run_kernel` was checked against: its source hashes to one of
+    `VERIFIED_RUN_SOURCES`. Decided once per function object; a patched
+    ``run`` (another Triton, a profiler, `introspect.launches`' stubs at
+    run()) is not, and the launch takes it, until the original is back."""
+    global _verified_run, _rejected_run
+    if current is _rejected_run:
+        return False
+    known = _RUN_CHECKS.get(current)
+    if known is None:
+        import hashlib
+        import inspect
+
+        try:
+            digest = hashlib.sha256(inspect.getsource(current).encode()).hexdigest()[:16]
+        except (OSError, TypeError):
+            digest = None
+        known = _RUN_CHECKS[current] = digest in VERIFIED_RUN_SOURCES
+    if known:
+        _verified_run = current
+    else:
+        _rejected_run = current  # held while it is patched in: one identity test per launch
+    return known
+
+
+def _driver_allows(drv) -> bool:
+    """Whether launches through driver `drv` take the fast path: its target's
+    capability profile has ``fast_launch`` (cuda, hip)."""
+    global _fast_driver
+    known = _DRIVERS.get(id(drv))
+    if known is None or known[0] is not drv:
+        from ..runtime.capabilities import fast_launch_backend
+
+        try:
+            allowed = fast_launch_backend(drv.get_current_target().backend)
+        except Exception:  # a driver with no target to name: nothing verified
+            allowed = False
+        if len(_DRIVERS) >= 64:  # drivers swapped in and out (introspect's stubs): forget the old ones
+            _DRIVERS.clear()
+        known = _DRIVERS[id(drv)] = (drv, allowed)
+    if known[1]:
+        _fast_driver = drv
+    return known[1]
+
+
+def _arg_key(value):
+    """The cheap key of a runtime argument other than a plain tensor or an
+    i32 other than 1: what Triton's binder specialises it on, refined."""
+    kind = type(value)
+    if kind is int:  # == 1, then i32 / i64 / u64 as the binder ranges them, each with 16-divisibility
+        if value == 1:
+            return 1
+        if -0x80000000 <= value <= 0x7FFFFFFF:
+            return 2 | (not value & 15)
+        if -0x8000000000000000 <= value <= 0x7FFFFFFFFFFFFFFF:
+            return 4 | (not value & 15)
+        if 0 <= value <= 0xFFFFFFFFFFFFFFFF:
+            return 6 | (not value & 15)
+    elif value is None or kind is float or kind is bool:  # constexpr None, fp32, u1: no value specialised
+        return kind
+    elif kind is _Parameter:
+        return value.dtype, not value.data_ptr() & 15
+    raise Unkeyed
+
+
+_TRUE, _FALSE = object(), object()  # constexpr True / False in a key: apart from 1 / 0 and from any value
+
+
+def _constexpr_key(value):
+    """A constexpr's key part that is not a plain int or bool: its type and
+    value (-0.0 and 0.0 apart, as Triton's string key keeps them)."""
+    return type(value), value.hex() if type(value) is float else value
+
+
+def key_function(kernel, runtime_only: int | None = None):
+    """``key(device, knobs, keywords, *args)`` for `kernel`: one flat tuple,
+    generated from its signature as Triton builds its binder. Two parts per
+    runtime argument: a tensor's dtype and 16-byte alignment inline, an i32
+    other than 1 its class and 16-divisibility inline, anything else
+    `_arg_key` and None (the parts' kinds never mix across positions: a dtype,
+    an int code, a type, a tuple). A constexpr: an int as is, else its type
+    and value (True / False as sentinels). Raises TypeError for another
+    argument count. `runtime_only` (`KernelLaunch`): ``key(device, knobs,
+    *args)`` over that many runtime arguments, the rest of the key fixed."""
+    params = [p.is_constexpr for p in kernel.params] if runtime_only is None else [False] * runtime_only
+    names = [f"a{i}" for i in range(len(params))]
+    parts = []
+    for name, is_constexpr in zip(names, params):
+        if is_constexpr:
+            parts.append(f"{name} if type({name}) is int else _TRUE if {name} is True else _FALSE if {name} is False "
+                         f"else _constexpr_key({name})")  # 1 and True apart  # fmt: skip
+            continue
+        parts.append(f"{name}.dtype if type({name}) is _Tensor else (2 | (not {name} & 15)) if type({name}) is int "
+                     f"and {name} != 1 and -0x80000000 <= {name} <= 0x7FFFFFFF else _arg_key({name})")  # fmt: skip
+        parts.append(f"(not {name}.data_ptr() & 15) if type({name}) is _Tensor else None")
+    keywords = "keywords, " if runtime_only is None else ""
+    source = f"def key(device, knobs, {keywords}{', '.join(names)}):\n    return (device, knobs, {keywords}" \
+             f"{', '.join(parts)})\n"  # fmt: skip
+    namespace = {"_Tensor": _Tensor, "_arg_key": _arg_key, "_constexpr_key": _constexpr_key, "_TRUE": _TRUE,
+                 "_FALSE": _FALSE}  # fmt: skip
+    exec(source, namespace)
+    return namespace["key"]
+
+
+class _FastKernel:
+    """One kernel's fast-path state: whether it may take it at all, its key
+    function, its parameter names, and the CompiledKernels seen, by key."""
+
+    __slots__ = ("off", "key", "param_names", "entries")
+
+    def __init__(self, kernel):
+        self.off = type(kernel) is not _JITFunction  # an interpreted kernel, or another launcher's
+        self.key = None if self.off else key_function(kernel)
+        self.param_names = frozenset(() if self.off else kernel.arg_names)
+        self.entries: dict = {}
+
+
+def _state(kernel) -> _FastKernel:
+    state = _FastKernel(kernel)
+    setattr(kernel, _STATE, state)
+    return state
+
+
+def _miss(state, key, kernel, args, grid, keywords):
+    """Triton's own launch (it compiles if needed), then its CompiledKernel
+    kept under `key` when the fast path may replay it."""
+    from triton.compiler import CompiledKernel
+
+    compiled = kernel.run(*args, grid=grid, **keywords)
+    if isinstance(compiled, CompiledKernel) and not (state.param_names & keywords.keys()):
+        if len(state.entries) >= MAX_ENTRIES:
+            state.entries.clear()
+        # after a launch its handles are loaded: run (the driver's launcher),
+        # function and packed metadata are what JITFunction.run hands over
+        state.entries[key] = (compiled.run, compiled.function, compiled.packed_metadata, compiled)
+    return compiled
+
+
+def fast_environment():
+    """``(driver, enter hook, exit hook)`` when launches may take the fast
+    path now (a verified ``JITFunction.run``, a driver whose target has
+    ``fast_launch``, no launch or stage-inspection hook), else None."""
+    drv = _driver._active
+    enter, leave = _runtime_knobs.launch_enter_hook, _runtime_knobs.launch_exit_hook
+    current = _JITFunction.run
+    if ((current is not _verified_run and not _run_verified(current)) or (drv is not _fast_driver and not _driver_allows(drv))
+            or type(enter) is not _HookChain or enter.calls or type(leave) is not _HookChain or leave.calls
+            or _runtime_knobs.add_stages_inspection_hook is not None):  # fmt: skip
+        return None
+    return drv, enter, leave
+
+
+def knob_values(debug) -> tuple:
+    """The knobs Triton folds into a launch's options, as the key holds them,
+    with the kernel's (or kernels') own `debug`."""
+    return (debug, _runtime_knobs.debug, _compilation_knobs.instrumentation_mode,
+            (_compilation_knobs.__dict__.get(_FPSAN), raw_env_token("TRITON_FPSAN_HOMOMORPHIC_CASTS"))
+            if _HAS_FPSAN else None)  # fmt: skip
+
+
+def globals_changed(kernel) -> bool:
+    """As JITFunction.run: a global the kernel read must not have changed."""
+    for (name, _), (val, globals_dict) in kernel.used_global_vals.items():
+        if globals_dict.get(name, _MISSING) != val:
+            return True
+    return False
+
+
+def run_kernel(kernel, *args, grid, **keywords):
+    """``kernel.run(*args, grid=grid, **keywords)``, without Triton's binder
+    when this launch's cheap key has been seen (see above)."""
+    state = kernel.__dict__.get(_STATE) or _state(kernel)
+    env = None if state.off or type(grid) is not tuple or keywords.get("warmup", True) is not False \
+        or kernel.pre_run_hooks else fast_environment()  # fmt: skip
+    if env is None:
+        return kernel.run(*args, grid=grid, **keywords)
+    drv, enter, leave = env
+    device = drv.get_current_device()
+    try:
+        key = state.key(device, knob_values(kernel.debug), (*keywords.items(), *map(type, keywords.values())), *args)
+        entry = state.entries.get(key)
+    except (Unkeyed, TypeError):  # an argument not classified, another count, an unhashable value
+        return kernel.run(*args, grid=grid, **keywords)
+    if entry is None:
+        return _miss(state, key, kernel, args, grid, keywords)
+    if kernel.used_global_vals and globals_changed(kernel):
+        return kernel.run(*args, grid=grid, **keywords)
+    n = len(grid)
+    # the launch metadata is read only by launch hooks, and none is set
+    entry[0](grid[0], grid[1] if n > 1 else 1, grid[2] if n > 2 else 1, drv.get_current_stream(device), entry[1],
+             entry[2], None, enter, leave, *args)  # fmt: skip
+    return entry[3]
+
+
+def compiled_entry(compiled):
+    """What a hit hands the driver for a CompiledKernel Triton returned, or
+    None for anything else (async compilation's futures)."""
+    from triton.compiler import CompiledKernel
+
+    if not isinstance(compiled, CompiledKernel):
+        return None
+    return compiled.run, compiled.function, compiled.packed_metadata, compiled
+
+
+_MISSING = object()
+debug_of = operator.attrgetter("debug")
