@@ -63,7 +63,8 @@ def gelu_and_mul(x: torch.Tensor, approximate: str = "none", *, check: bool = Tr
     ``check=False`` (or ``KUNLUN_TRITON_CHECK=0``) skips the input checks."""
     if checked_mode(check):
         _check_input("gelu_and_mul", x)
-    require_choice("gelu_and_mul", "approximate", approximate, tuple(GELU_APPROXIMATIONS))
+    if approximate not in GELU_APPROXIMATIONS:  # (a dict lookup: no tuple built per call)
+        require_choice("gelu_and_mul", "approximate", approximate, tuple(GELU_APPROXIMATIONS))
     if not use_triton("gelu_and_mul", x):
         return reference.gelu_and_mul(x, approximate)
     return _act_and_mul("gelu_and_mul", x, GELU_APPROXIMATIONS[approximate], config)

@@ -157,6 +157,7 @@ class SamplePlan:
     # `OpSpec.kernels` compiles and scripts/sampling_counts.py counts
     launches: list
     scratch_words: int  # 4-byte words of scratch (`scratch_words`)
+    sampling: bool  # False: greedy's launches (argmax), which read no sampling parameter
     # what a call launches: each kernel with its constexprs and options, its
     # grid and its pick of `_CALL_ARGS` (`ops.launch`)
     calls: LaunchSequence
@@ -186,9 +187,10 @@ def sample_plan(batch: int, vocab: int, config: dict, *, sampling=True, top_k=Tr
     options = launch_options(config, target)
     keywords = run_keywords(options)
     calls = LaunchSequence([(KernelLaunch(_KERNELS[name], constexpr_args(_KERNELS[name], **meta), keywords), grid,
-                             _ARG_GETTERS[name]) for name, grid, meta in launches], len(_CALL_ARGS))  # fmt: skip
+                             _ARG_GETTERS[sampling][name]) for name, grid, meta in launches],
+                           len(_CALL_ARGS if sampling else _GREEDY_CALL_ARGS))  # fmt: skip
     launches = [(name, grid, {**meta, **options}) for name, grid, meta in launches]
-    return SamplePlan(n_blocks, launches, scratch_words(batch, n_blocks, common["TOP_R"]), calls)
+    return SamplePlan(n_blocks, launches, scratch_words(batch, n_blocks, common["TOP_R"]), sampling, calls)
 
 
 @plan_cache
@@ -211,14 +213,24 @@ _ARGS = {
 # A call gathers every argument once, in this order; each launch picks its own.
 _CALL_ARGS = ("logits", "temperature", "top_k", "top_p", "min_p", "seed", "position", "scratch", "out", "n_rows", "vocab",
               "row_stride", "n_blocks")  # fmt: skip
-_ARG_GETTERS = {name: operator.itemgetter(*(_CALL_ARGS.index(a) for a in args)) for name, args in _ARGS.items()}
+# `greedy` has no sampling parameters: its output stands in for them (never
+# read), so its calls gather (and the fast path keys) seven arguments, not 13.
+_GREEDY_CALL_ARGS = ("logits", "scratch", "out", "n_rows", "vocab", "row_stride", "n_blocks")
+_STAND_INS = {"temperature": "out", "top_k": "out", "top_p": "out", "min_p": "out", "seed": "out", "position": "out"}
+_ARG_GETTERS = {
+    sampling: {name: operator.itemgetter(*(call_args.index(a if sampling else _STAND_INS.get(a, a)) for a in args))
+               for name, args in _ARGS.items()}
+    for sampling, call_args in ((True, _CALL_ARGS), (False, _GREEDY_CALL_ARGS))
+}  # fmt: skip
 
 
 def _launch(plan: SamplePlan, batch, vocab, logits, temperature, top_k, top_p, min_p, seed, position, scratch,
             out) -> None:  # fmt: skip
-    args = (logits, temperature, top_k, top_p, min_p, seed, position, scratch, out, batch, vocab, logits.stride(0),
-            plan.n_blocks)  # fmt: skip
-    plan.calls(args)
+    if plan.sampling:  # _CALL_ARGS
+        plan.calls((logits, temperature, top_k, top_p, min_p, seed, position, scratch, out, batch, vocab,
+                    logits.stride(0), plan.n_blocks))  # fmt: skip
+    else:  # _GREEDY_CALL_ARGS: the parameters are never read
+        plan.calls((logits, scratch, out, batch, vocab, logits.stride(0), plan.n_blocks))
 
 
 def plan_kernel_specs(plan, dtypes: dict) -> list:
