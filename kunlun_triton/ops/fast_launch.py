@@ -17,8 +17,6 @@ from triton.runtime.jit import JITFunction as _JITFunction
 from ..runtime.env import raw_env_token
 
 # ---------------------------------------------------------------------------
-# The fast launch path (issue 24): Triton's binder skipped on a cache hit.
-#
 # ``JITFunction.run`` costs 6-8 us a launch on the build machine before the
 # driver sees anything (knob reads, current device and stream, the binder,
 # ``str(options)`` in its cache key, launch metadata, hooks): more than a
@@ -64,6 +62,8 @@ _rejected_run = None  # the last JITFunction.run whose source did not
 _RUN_CHECKS = weakref.WeakKeyDictionary()  # JITFunction.run functions seen -> verified
 _fast_driver = None  # the last driver seen whose target takes the fast path
 _DRIVERS: dict = {}  # id(driver) -> (driver, whether its target takes the fast path)
+_MISSING = object()
+debug_of = operator.attrgetter("debug")  # a kernel's `debug`, part of every key
 
 
 class Unkeyed(Exception):
@@ -197,15 +197,12 @@ def _state(kernel) -> _FastKernel:
 def _miss(state, key, kernel, args, grid, keywords):
     """Triton's own launch (it compiles if needed), then its CompiledKernel
     kept under `key` when the fast path may replay it."""
-    from triton.compiler import CompiledKernel
-
     compiled = kernel.run(*args, grid=grid, **keywords)
-    if isinstance(compiled, CompiledKernel) and not (state.param_names & keywords.keys()):
+    entry = compiled_entry(compiled)
+    if entry is not None and not (state.param_names & keywords.keys()):
         if len(state.entries) >= MAX_ENTRIES:
             state.entries.clear()
-        # after a launch its handles are loaded: run (the driver's launcher),
-        # function and packed metadata are what JITFunction.run hands over
-        state.entries[key] = (compiled.run, compiled.function, compiled.packed_metadata, compiled)
+        state.entries[key] = entry
     return compiled
 
 
@@ -266,14 +263,12 @@ def run_kernel(kernel, *args, grid, **keywords):
 
 
 def compiled_entry(compiled):
-    """What a hit hands the driver for a CompiledKernel Triton returned, or
+    """What a hit hands the driver for a CompiledKernel Triton returned
+    (after a launch its handles are loaded: run, the driver's launcher,
+    function and packed metadata are what JITFunction.run hands over), or
     None for anything else (async compilation's futures)."""
     from triton.compiler import CompiledKernel
 
     if not isinstance(compiled, CompiledKernel):
         return None
     return compiled.run, compiled.function, compiled.packed_metadata, compiled
-
-
-_MISSING = object()
-debug_of = operator.attrgetter("debug")

@@ -27,7 +27,6 @@ Triton's binder (the fast path, below); `LaunchSequence` does the same for
 the launches of one call at once. `run_kernel` is the unbound form.
 """
 
-
 from __future__ import annotations
 
 from triton.runtime.jit import JITFunction
