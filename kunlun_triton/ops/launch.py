@@ -176,7 +176,11 @@ class LaunchSequence:
 
     def _miss(self, key, args):
         """Each step as its `KernelLaunch` launches it (Triton's path on its
-        first key), then the CompiledKernels kept under `key`."""
+        first key), then the CompiledKernels kept under `key` (None: nothing kept)."""
+        if key is None:
+            for launch, grid, pick in self.steps:
+                launch(grid, *(args if pick is None else pick(args)))
+            return
         entries = []
         for launch, grid, pick in self.steps:
             entry = compiled_entry(launch(grid, *(args if pick is None else pick(args))))
@@ -184,7 +188,7 @@ class LaunchSequence:
                 n = len(grid)
                 entries.append((entry[0], grid[0], grid[1] if n > 1 else 1, grid[2] if n > 2 else 1, entry[1], entry[2],
                                 pick, launch.constexprs))  # fmt: skip
-        if key is not None and len(entries) == len(self.steps):
+        if len(entries) == len(self.steps):
             if len(self._entries) >= MAX_ENTRIES:
                 self._entries.clear()
             self._entries[key] = tuple(entries)
