@@ -39,6 +39,7 @@ from .fast_launch import (
     fast_environment,
     globals_changed,
     key_function,
+    kinds_key_function,
     knob_values,
     run_kernel,
 )
@@ -96,8 +97,17 @@ class KernelLaunch:
         self.n_runtime = len(kernel.arg_names) - len(self.constexprs)
         self._off = (type(kernel) is not JITFunction or self.keywords.get("warmup", True) is not False
                      or bool(set(kernel.arg_names) & self.keywords.keys()))  # fmt: skip
-        self._key = None if self._off else key_function(None, self.n_runtime)
+        self._key = None if self._off else self._learn_key  # replaced on its first call
         self._entries: dict = {}
+
+    def _learn_key(self, device, knobs, *args):
+        """The key of the first call, and from then on `kinds_key_function`'s
+        for its argument kinds (a call with another count: the generic key,
+        which refuses it)."""
+        generic = key_function(None, self.n_runtime)
+        if len(args) == self.n_runtime:
+            self._key = kinds_key_function(args, generic)
+        return generic(device, knobs, *args) if len(args) != self.n_runtime else self._key(device, knobs, *args)
 
     @property
     def fast_path_allowed(self) -> bool:
@@ -141,14 +151,22 @@ class LaunchSequence:
     ``launch(grid, *pick(args))`` (`pick`: an ``operator.itemgetter`` of
     several positions, or None for all of `args`), keyed once on a hit."""
 
-    __slots__ = ("steps", "kernels", "_key", "_entries", "_off")
+    __slots__ = ("steps", "kernels", "_key", "_entries", "_off", "_n_args")
 
     def __init__(self, steps, n_args: int):
         self.steps = tuple(steps)
         self.kernels = tuple(launch.kernel for launch, _, _ in self.steps)
         self._off = any(launch._off or type(grid) is not tuple for launch, grid, _ in self.steps)
-        self._key = None if self._off else key_function(None, n_args)
+        self._n_args = n_args
+        self._key = None if self._off else self._learn_key  # replaced on its first call
         self._entries: dict = {}
+
+    def _learn_key(self, device, knobs, *args):
+        """As `KernelLaunch._learn_key`, over the tuple the steps pick from."""
+        generic = key_function(None, self._n_args)
+        if len(args) == self._n_args:
+            self._key = kinds_key_function(args, generic)
+        return generic(device, knobs, *args) if len(args) != self._n_args else self._key(device, knobs, *args)
 
     def __call__(self, args: tuple):
         env = None if self._off else fast_environment()
