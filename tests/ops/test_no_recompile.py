@@ -51,11 +51,11 @@ def test_a_generation_compiles_each_attention_kernel_once(target, step):
                                  meta(batch + 1, dtype=torch.int32), meta(batch + 1, dtype=torch.int32),
                                  meta(prefix * batch, dtype=torch.int32), extend, LLAMA.head_dim**-0.5, check=False)  # fmt: skip
     launches = dict(counter.launches)
-    assert launches["kunlun_triton.ops.attention.decode_attention:decode_partial_kernel"] == len(contexts) + MAX_BATCH
+    assert launches["kunlun_triton.ops.attention.decode_kernels:decode_partial_kernel"] == len(contexts) + MAX_BATCH
     assert counter.compilations() == {
-        "kunlun_triton.ops.attention.decode_attention:decode_merge_kernel": 1,
-        "kunlun_triton.ops.attention.decode_attention:decode_partial_kernel": 1,
-        "kunlun_triton.ops.attention.extend_attention:extend_kernel": 1,
+        "kunlun_triton.ops.attention.decode_kernels:decode_merge_kernel": 1,
+        "kunlun_triton.ops.attention.decode_kernels:decode_partial_kernel": 1,
+        "kunlun_triton.ops.attention.extend_kernels:extend_kernel": 1,
     }
 
 

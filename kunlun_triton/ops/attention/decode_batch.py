@@ -3,7 +3,7 @@ interpreter's plan.
 
 The Triton interpreter pays per ``tl`` op per program (Triton's semantic
 layer in Python, then one numpy op), hardly per element. The split-KV
-kernel (`decode_attention.decode_partial_kernel`) runs one program per
+kernel (`decode_kernels.decode_partial_kernel`) runs one program per
 (request, KV head, split): at SmolLM2's batch 3 that is 9 programs of about
 the same ops each, a layer. Here a program takes BLOCK_R rows
 r = request * kv_heads + kv head at once, as 3-D tiles:

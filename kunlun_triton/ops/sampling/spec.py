@@ -25,9 +25,9 @@ import torch
 
 from ...runtime.config_keys import TILE
 from ..spec import OpCase, OpSpec
-from . import reference
-from . import ops
-from .ops import greedy, min_p_renorm_probs, renorm_probs, sample, top_k_renorm_probs, top_p_renorm_probs
+from . import ops, reference, renorm
+from .ops import greedy, sample
+from .renorm import min_p_renorm_probs, renorm_probs, top_k_renorm_probs, top_p_renorm_probs
 
 MAX_MISMATCH = 0.02
 
@@ -180,7 +180,7 @@ def greedy_kernels(shape, dtype, config):
 
 def _renorm_kernels(op_name):
     def kernels(shape, dtype, config):
-        return ops.renorm_kernel_specs(op_name, shape["batch"], shape["vocab"], dtype, config)
+        return renorm.renorm_kernel_specs(op_name, shape["batch"], shape["vocab"], dtype, config)
 
     return kernels
 

@@ -8,7 +8,7 @@ for sm_90. About 15 compilations, so the set is chosen, not exhaustive."""
 import pytest
 import torch
 
-from kunlun_triton.ops.sampling import ops
+from kunlun_triton.ops.sampling import ops, renorm
 from kunlun_triton.ops.spec import all_specs
 from kunlun_triton.runtime import get_config
 from kunlun_triton.testing import SHIPPED_TARGETS, assert_lowers
@@ -37,10 +37,10 @@ def test_sampling_kernels_lower():
     specs = all_specs(("sampling",))
     # the last round's decide_kernel holds all of the others' code
     cuda_plan = [s for s in _plan_specs(cuda) if s.constexprs.get("LAST", True)]
-    renorm = ops.renorm_kernel_specs("renorm_probs", 4, VOCAB, torch.float32, None, target=cuda)
+    renorm_specs = renorm.renorm_kernel_specs("renorm_probs", 4, VOCAB, torch.float32, None, target=cuda)
     kunlun_stats = [s for s in _plan_specs(kunlun, torch.float16) if s.kernel.endswith("block_stats_kernel")]
     assert [s.constexprs["IGNORES_OTHER"] for s in kunlun_stats] == [True]
     greedy = specs["greedy"].kernels({"batch": 1, "vocab": VOCAB}, torch.float16, None)
     one_tile = specs["top_p_renorm_probs"].kernels({"batch": 4, "vocab": 1000}, torch.bfloat16, None)
-    assert_lowers(cuda_plan + renorm + kunlun_stats + greedy + one_tile, targets=("cuda",))
-    assert_lowers([s for s in cuda_plan if s.kernel.endswith("block_stats_kernel")] + renorm, targets=("hip",))
+    assert_lowers(cuda_plan + renorm_specs + kunlun_stats + greedy + one_tile, targets=("cuda",))
+    assert_lowers([s for s in cuda_plan if s.kernel.endswith("block_stats_kernel")] + renorm_specs, targets=("hip",))
