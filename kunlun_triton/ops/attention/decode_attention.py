@@ -89,7 +89,7 @@ def decode_tile(q, q_pe, m_i, l_i, acc, kv_row_ptr, k_head_ptr, v_head_ptr, n0, 
                 MASK_N: tl.constexpr, MASK_D: tl.constexpr, MASK_DPE: tl.constexpr, MASK_DV: tl.constexpr,
                 BLOCK_DPE: tl.constexpr, LOGIT_CAP: tl.constexpr, USE_DOT: tl.constexpr, DOT_FP32: tl.constexpr,
                 POOL_I64: tl.constexpr, LOAD_IGNORES_OTHER: tl.constexpr, k_scale, v_scale,
-                KV_FORMAT: tl.constexpr, FP8_RUNTIME_UNIT: tl.constexpr, V_IN_K: tl.constexpr):  # fmt: skip
+                KV_FORMAT: tl.constexpr, FP8_RUNTIME_UNIT: tl.constexpr, FP8_NAN_ARITH: tl.constexpr, V_IN_K: tl.constexpr):  # fmt: skip
     """Fold keys n0 .. n0 + BLOCK_N (those below `hi` when MASK_N) into the
     running softmax of the group's heads. A split head dim (BLOCK_DPE > 0)
     scores as q[:BLOCK_D].k[:BLOCK_D] + q_pe.k[BLOCK_D:] (MLA: latent + rope).
@@ -110,22 +110,22 @@ def decode_tile(q, q_pe, m_i, l_i, acc, kv_row_ptr, k_head_ptr, v_head_ptr, n0, 
         slot = slot.to(tl.int64)
     k_raw = load_tile(k_head_ptr + offs_d[:, None] + slot[None, :] * kb_stride_s, d_mask, n_mask, MASK_D, MASK_N,
                       LOAD_IGNORES_OTHER)  # fmt: skip
-    k_t = kv_values(k_raw, k_unit, q, KV_FORMAT, USE_DOT, DOT_FP32)
+    k_t = kv_values(k_raw, k_unit, q, KV_FORMAT, FP8_NAN_ARITH, USE_DOT, DOT_FP32)
     s = scores(q, k_t, USE_DOT, DOT_FP32)
     if BLOCK_DPE > 0:
         kpe_t = load_tile(k_head_ptr + offs_dpe[:, None] + slot[None, :] * kb_stride_s, dpe_mask, n_mask, MASK_DPE,
                           MASK_N, LOAD_IGNORES_OTHER)  # fmt: skip
-        kpe_t = kv_values(kpe_t, k_unit, q, KV_FORMAT, USE_DOT, DOT_FP32)
+        kpe_t = kv_values(kpe_t, k_unit, q, KV_FORMAT, FP8_NAN_ARITH, USE_DOT, DOT_FP32)
         s += scores(q_pe, kpe_t, USE_DOT, DOT_FP32)
     s = scale_and_cap(s, pool_scores_scale(sm_scale, k_scale, KV_FORMAT), LOGIT_CAP)
     if MASK_N:
         s = tl.where(n_mask[None, :], s, float("-inf"))
     if V_IN_K:
-        v = kv_values(tl.trans(k_raw), v_unit, q, KV_FORMAT, USE_DOT, DOT_FP32)
+        v = kv_values(tl.trans(k_raw), v_unit, q, KV_FORMAT, FP8_NAN_ARITH, USE_DOT, DOT_FP32)
     else:
         v = load_tile(v_head_ptr + slot[:, None] * vb_stride_s + offs_dv[None, :], n_mask, dv_mask, MASK_N, MASK_DV,
                       LOAD_IGNORES_OTHER)  # fmt: skip
-        v = kv_values(v, v_unit, q, KV_FORMAT, USE_DOT, DOT_FP32)
+        v = kv_values(v, v_unit, q, KV_FORMAT, FP8_NAN_ARITH, USE_DOT, DOT_FP32)
     return online_softmax_update(s, v, m_i, l_i, acc, USE_DOT, DOT_FP32)
 
 
@@ -166,7 +166,7 @@ def decode_partial_kernel(
     POOL_I64: tl.constexpr,
     LOAD_IGNORES_OTHER: tl.constexpr,
     KV_FORMAT: tl.constexpr,
-    FP8_RUNTIME_UNIT: tl.constexpr,
+    FP8_RUNTIME_UNIT: tl.constexpr, FP8_NAN_ARITH: tl.constexpr,
     V_IN_K: tl.constexpr,
     USE_PDL: tl.constexpr,
 ):
@@ -209,7 +209,7 @@ def decode_partial_kernel(
                                     kb_stride_s, vb_stride_s, offs_d, offs_dpe, offs_dv, d_mask, dpe_mask, dv_mask,
                                     BLOCK_N, False, BLOCK_D > HEAD_DIM, BLOCK_D + BLOCK_DPE > HEAD_DIM,
                                     BLOCK_DV != V_DIM, BLOCK_DPE, LOGIT_CAP, USE_DOT, DOT_FP32, POOL_I64,
-                                    LOAD_IGNORES_OTHER, k_scale, v_scale, KV_FORMAT, FP8_RUNTIME_UNIT, V_IN_K)  # fmt: skip
+                                    LOAD_IGNORES_OTHER, k_scale, v_scale, KV_FORMAT, FP8_RUNTIME_UNIT, FP8_NAN_ARITH, V_IN_K)  # fmt: skip
     # The ragged last tile, as a loop of at most one trip: Triton pipelines a
     # loop's loads into shared memory, where a straight-line tile after the
     # loop would stage them in registers (126 registers instead of 64 on sm_90).
@@ -218,7 +218,7 @@ def decode_partial_kernel(
                                     kb_stride_s, vb_stride_s, offs_d, offs_dpe, offs_dv, d_mask, dpe_mask, dv_mask,
                                     BLOCK_N, True, BLOCK_D > HEAD_DIM, BLOCK_D + BLOCK_DPE > HEAD_DIM,
                                     BLOCK_DV != V_DIM, BLOCK_DPE, LOGIT_CAP, USE_DOT, DOT_FP32, POOL_I64,
-                                    LOAD_IGNORES_OTHER, k_scale, v_scale, KV_FORMAT, FP8_RUNTIME_UNIT, V_IN_K)  # fmt: skip
+                                    LOAD_IGNORES_OTHER, k_scale, v_scale, KV_FORMAT, FP8_RUNTIME_UNIT, FP8_NAN_ARITH, V_IN_K)  # fmt: skip
 
     if KV_FORMAT > 0:  # the fp8 tiles were decoded unscaled (`decode_tile`)
         acc = acc * v_scale
@@ -316,7 +316,8 @@ def _launch_plan(config, dtype, head_dim, v_dim, group, formulation, logit_cap, 
         HEAD_BLOCKS=head_blocks, BLOCK_D=plan.block_d, BLOCK_DPE=plan.block_dpe, BLOCK_DV=plan.block_dv,
         BLOCK_N=plan.block_n, LOGIT_CAP=logit_cap, WINDOW=window, USE_DOT=plan.use_dot, DOT_FP32=plan.dot_fp32,
         POOL_I64=pool_i64, LOAD_IGNORES_OTHER=plan.load_ignores_other, KV_FORMAT=fmt,
-        FP8_RUNTIME_UNIT=bool(fmt) and capabilities().fp8_runtime_unit, V_IN_K=v_in_k,
+        FP8_RUNTIME_UNIT=bool(fmt) and plan.fp8_runtime_unit,
+        FP8_NAN_ARITH=bool(fmt) and capabilities().fp8_nan_by_arithmetic, V_IN_K=v_in_k,
         USE_PDL=pdl)  # fmt: skip
     merge = constexpr_args(
         decode_merge_kernel, GROUP=group, V_DIM=v_dim, BLOCK_H=plan.merge_block_h, HEAD_BLOCKS=merge_head_blocks,

@@ -136,13 +136,13 @@ def decode_batch_kernel(
             slot = slot.to(tl.int64)
         k_t = masked_load(k_rows + slot[:, None, :] * kb_stride_s + offs_d[None, :, None],
                           n_mask[:, None, :] & d_mask[None, :, None], 0.0, LOAD_IGNORES_OTHER)  # fmt: skip
-        k_t = kv_values(k_t, fp8_unit(k_scale, KV_FORMAT, False), q, KV_FORMAT, USE_DOT, DOT_FP32)
+        k_t = kv_values(k_t, fp8_unit(k_scale, KV_FORMAT, False), q, KV_FORMAT, False, USE_DOT, DOT_FP32)
         s = batched_scores(q, k_t, USE_DOT, DOT_FP32)
         s = tl.where(n_mask[:, None, :], scale_and_cap(s, pool_scores_scale(sm_scale, k_scale, KV_FORMAT), LOGIT_CAP),
                      float("-inf"))  # fmt: skip
         v = masked_load(v_rows + slot[:, :, None] * vb_stride_s + offs_dv[None, None, :],
                         n_mask[:, :, None] & dv_mask[None, None, :], 0.0, LOAD_IGNORES_OTHER)  # fmt: skip
-        v = kv_values(v, fp8_unit(v_scale, KV_FORMAT, False), q, KV_FORMAT, USE_DOT, DOT_FP32)
+        v = kv_values(v, fp8_unit(v_scale, KV_FORMAT, False), q, KV_FORMAT, False, USE_DOT, DOT_FP32)
         # `tiles.online_softmax_update` over the last axis (see there: a row
         # with no key yet keeps m = -inf and uses 0 in the exponents)
         m_new = tl.maximum(m_i, tl.max(s, 2))

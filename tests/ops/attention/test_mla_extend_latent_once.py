@@ -171,8 +171,13 @@ def test_shipped_mla_configs_do_not_spill(kv_dtype):
     bytes), Kunlun 4 x 4 233; an fp8 pool (docs/decode-occupancy.md, "MLA
     extend"): gfx942 extend 64 x 16 375 (e4m3 spilled 60 bytes of scalar
     registers before its tiles were decoded compare-free), sm_90 decode 248
-    (1192 bytes before). gfx942 decodes fp8 times a run-time unit, the
-    others a constant (`capabilities().fp8_runtime_unit`)."""
+    (1192 bytes before). The fp8 decode's per-target choices are pinned:
+    e4m3's NaN code by arithmetic on gfx942 only, the unit at run time
+    (FP8_RUNTIME_UNIT) on gfx942 and sm_90's extend, a constant in sm_90's
+    decode and Kunlun's plans (ops/attention/fp8.py, the targets' files)."""
+    run_time_unit = {("hip", "decode_partial_kernel"): True, ("hip", "extend_kernel"): True,
+                     ("cuda", "decode_partial_kernel"): False, ("cuda", "extend_kernel"): True,
+                     ("kunlun", "decode_partial_kernel"): False, ("kunlun", "extend_kernel"): False}  # fmt: skip
     shapes = [("decode_attention", {"batch": 4, "context_len": 2000, **DEEPSEEK_HEADS}),
               *(("extend_attention", {**DEEPSEEK, "custom_mask": mask}) for mask in (False, True))]  # fmt: skip
     jobs = []
@@ -183,8 +188,9 @@ def test_shipped_mla_configs_do_not_spill(kv_dtype):
                     continue  # the merge reads fp32 partials whatever the pool: compiled with "auto"
                 if "V_IN_K" in spec.constexprs:
                     assert spec.constexprs["V_IN_K"] is True, (spec.label, target)
-                    runtime_unit = kv_dtype != "auto" and target.name == "hip"
-                    assert spec.constexprs["FP8_RUNTIME_UNIT"] is runtime_unit, (spec.label, target)
+                    fp8 = kv_dtype != "auto"
+                    assert spec.constexprs["FP8_RUNTIME_UNIT"] is (fp8 and run_time_unit[target.name, spec.name])
+                    assert spec.constexprs["FP8_NAN_ARITH"] is (fp8 and target.name == "hip"), (spec.label, target)
                 jobs.append((spec, aot_target(target)))
     assert len(jobs) == len(LOWERING_TARGETS) * (4 if kv_dtype == "auto" else 3)
     for result in compile_ahead_of_time(jobs, artifacts=True):
