@@ -148,7 +148,7 @@ def attention_plan(op: str, config: dict, dtype, head_dim: int, v_dim: int, grou
         direct_single_split=bool(config["DIRECT_SINGLE_SPLIT"]) if decode else False,
         batch_rows=max(int(config["BATCH_ROWS"]), 0) if decode else 0,
         load_ignores_other=capabilities().load_ignores_other,
-        fp8_runtime_unit=bool(config.get("FP8_RUNTIME_UNIT", False)),
+        fp8_runtime_unit=bool(config.get("FP8_RUNTIME_UNIT", 0)),
         launch=run_keywords(launch_options(config)),
     )
 
