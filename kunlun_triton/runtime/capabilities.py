@@ -55,6 +55,12 @@ class Capabilities:
     # path was checked: CUDA and HIP. Kunlun's Triton fork is not (its
     # JITFunction.run is its own), the interpreter has no binder.
     fast_launch: bool = False
+    # e4m3fn's NaN code decoded by integer arithmetic, not a compare and select
+    # (`ops.attention.fp8.fp8_half`): on gfx942 a compare's result is a 64-lane
+    # mask held in scalar registers, and a tile's worth of them spilled (MLA
+    # extend 64 x 16 over an fp8 pool: 15 scalar registers); on sm_90 the
+    # compare is the cheaper (MLA fp8 extend 89 instructions a key against 103).
+    fp8_nan_by_arithmetic: bool = False
 
 
 _ALL_FLOATS = frozenset(FLOAT_DTYPES)
@@ -62,7 +68,7 @@ _ALL_FLOATS = frozenset(FLOAT_DTYPES)
 _PROFILES = {
     "cuda": Capabilities(_ALL_FLOATS, True, True, True, True, True, True, dot_int8=True, fast_launch=True),
     "hip": Capabilities(_ALL_FLOATS, True, True, True, True, True, True, launch_knobs=HIP_LAUNCH_KNOBS,
-                        dot_int8=True, fast_launch=True),
+                        dot_int8=True, fast_launch=True, fp8_nan_by_arithmetic=True),
     # num_warps is ignored (a program maps to a cluster); atomics and the
     # dot->softmax->dot chain are known to break; events time to 0; bf16 is
     # incomplete on some ops.

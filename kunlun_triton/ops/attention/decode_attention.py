@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import torch
 
 from ...runtime import INDEX_DTYPES, plan_cache, use_triton
-from ...runtime.capabilities import supports_pdl
+from ...runtime.capabilities import capabilities, supports_pdl
 from ..launch import KernelLaunch, constexpr_args
 from ..validation import (
     check_indptr,
@@ -81,7 +81,9 @@ def _launch_plan(config, dtype, head_dim, v_dim, group, formulation, logit_cap, 
         decode_partial_kernel, GROUP=group, HEAD_DIM=head_dim, V_DIM=v_dim, BLOCK_H=plan.block_h,
         HEAD_BLOCKS=head_blocks, BLOCK_D=plan.block_d, BLOCK_DPE=plan.block_dpe, BLOCK_DV=plan.block_dv,
         BLOCK_N=plan.block_n, LOGIT_CAP=logit_cap, WINDOW=window, USE_DOT=plan.use_dot, DOT_FP32=plan.dot_fp32,
-        POOL_I64=pool_i64, LOAD_IGNORES_OTHER=plan.load_ignores_other, KV_FORMAT=fmt, V_IN_K=v_in_k,
+        POOL_I64=pool_i64, LOAD_IGNORES_OTHER=plan.load_ignores_other, KV_FORMAT=fmt,
+        FP8_RUNTIME_UNIT=bool(fmt) and plan.fp8_runtime_unit,
+        FP8_NAN_ARITH=bool(fmt) and capabilities().fp8_nan_by_arithmetic, V_IN_K=v_in_k,
         USE_PDL=pdl)  # fmt: skip
     merge = constexpr_args(
         decode_merge_kernel, GROUP=group, V_DIM=v_dim, BLOCK_H=plan.merge_block_h, HEAD_BLOCKS=merge_head_blocks,

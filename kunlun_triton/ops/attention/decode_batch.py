@@ -35,7 +35,7 @@ import triton.language as tl
 from ...runtime import plan_cache
 from ..launch import KernelLaunch, constexpr_args
 from ..loads import masked_load
-from .fp8 import kv_values
+from .fp8 import fp8_unit, kv_values, pool_scores_scale
 from .shared import Formulation, dim_block, next_power_of_2
 from .tiles import scale_and_cap
 
@@ -136,11 +136,13 @@ def decode_batch_kernel(
             slot = slot.to(tl.int64)
         k_t = masked_load(k_rows + slot[:, None, :] * kb_stride_s + offs_d[None, :, None],
                           n_mask[:, None, :] & d_mask[None, :, None], 0.0, LOAD_IGNORES_OTHER)  # fmt: skip
-        s = batched_scores(q, kv_values(k_t, k_scale, q, KV_FORMAT, USE_DOT, DOT_FP32), USE_DOT, DOT_FP32)
-        s = tl.where(n_mask[:, None, :], scale_and_cap(s, sm_scale, LOGIT_CAP), float("-inf"))
+        k_t = kv_values(k_t, fp8_unit(k_scale, KV_FORMAT, False), q, KV_FORMAT, False, USE_DOT, DOT_FP32)
+        s = batched_scores(q, k_t, USE_DOT, DOT_FP32)
+        s = tl.where(n_mask[:, None, :], scale_and_cap(s, pool_scores_scale(sm_scale, k_scale, KV_FORMAT), LOGIT_CAP),
+                     float("-inf"))  # fmt: skip
         v = masked_load(v_rows + slot[:, :, None] * vb_stride_s + offs_dv[None, None, :],
                         n_mask[:, :, None] & dv_mask[None, None, :], 0.0, LOAD_IGNORES_OTHER)  # fmt: skip
-        v = kv_values(v, v_scale, q, KV_FORMAT, USE_DOT, DOT_FP32)
+        v = kv_values(v, fp8_unit(v_scale, KV_FORMAT, False), q, KV_FORMAT, False, USE_DOT, DOT_FP32)
         # `tiles.online_softmax_update` over the last axis (see there: a row
         # with no key yet keeps m = -inf and uses 0 in the exponents)
         m_new = tl.maximum(m_i, tl.max(s, 2))
@@ -151,6 +153,8 @@ def decode_batch_kernel(
         acc = acc * alpha[:, :, None] + batched_values(p, v, USE_DOT, DOT_FP32)
         m_i = m_new
 
+    if KV_FORMAT > 0:  # the fp8 tiles were decoded unscaled (`fp8.kv_values`)
+        acc = acc * v_scale
     no_keys = l_i == 0.0  # `tiles.finish_rows`: zeros for a request without keys
     out = tl.where(no_keys[:, :, None], 0.0, acc / tl.where(no_keys, 1.0, l_i)[:, :, None])
     tl.store(o_ptr + b[:, None, None] * o_stride_b + heads[:, :, None] * o_stride_h + offs_dv[None, None, :],

@@ -26,7 +26,7 @@ import triton
 import triton.language as tl
 
 from ..loads import masked_load
-from .fp8 import kv_values
+from .fp8 import fp8_unit, kv_values, pool_scores_scale
 from .tiles import finish_rows, load_tile, online_softmax_update, scale_and_cap, scores
 
 
@@ -50,17 +50,19 @@ def decode_tile(q, q_pe, m_i, l_i, acc, kv_row_ptr, k_head_ptr, v_head_ptr, n0, 
                 MASK_N: tl.constexpr, MASK_D: tl.constexpr, MASK_DPE: tl.constexpr, MASK_DV: tl.constexpr,
                 BLOCK_DPE: tl.constexpr, LOGIT_CAP: tl.constexpr, USE_DOT: tl.constexpr, DOT_FP32: tl.constexpr,
                 POOL_I64: tl.constexpr, LOAD_IGNORES_OTHER: tl.constexpr, k_scale, v_scale,
-                KV_FORMAT: tl.constexpr, V_IN_K: tl.constexpr):  # fmt: skip
+                KV_FORMAT: tl.constexpr, FP8_RUNTIME_UNIT: tl.constexpr, FP8_NAN_ARITH: tl.constexpr, V_IN_K: tl.constexpr):  # fmt: skip
     """Fold keys n0 .. n0 + BLOCK_N (those below `hi` when MASK_N) into the
     running softmax of the group's heads. A split head dim (BLOCK_DPE > 0)
     scores as q[:BLOCK_D].k[:BLOCK_D] + q_pe.k[BLOCK_D:] (MLA: latent + rope).
     V_IN_K (MLA: V is the first BLOCK_D = V_DIM values of each K row) takes
     V as the transposed K tile already loaded: the latent is read once per
     tile, as SGLang's HAS_MLA path does. An fp8 pool's bytes (KV_FORMAT > 0)
-    are decoded after the load, times k_scale / v_scale (`fp8.kv_values`);
-    KV_FORMAT 0 adds no code."""
+    are decoded after the load, unscaled (`fp8.kv_values`): k_scale
+    multiplies the scores, v_scale the program's output (its keys are all
+    the pool's); KV_FORMAT 0 adds no code."""
     offs_n = n0 + tl.arange(0, BLOCK_N)
     n_mask = offs_n < hi
+    k_unit, v_unit = fp8_unit(k_scale, KV_FORMAT, FP8_RUNTIME_UNIT), fp8_unit(v_scale, KV_FORMAT, FP8_RUNTIME_UNIT)
     if MASK_N:
         slot = masked_load(kv_row_ptr + offs_n, n_mask, 0, LOAD_IGNORES_OTHER)
     else:
@@ -69,22 +71,22 @@ def decode_tile(q, q_pe, m_i, l_i, acc, kv_row_ptr, k_head_ptr, v_head_ptr, n0, 
         slot = slot.to(tl.int64)
     k_raw = load_tile(k_head_ptr + offs_d[:, None] + slot[None, :] * kb_stride_s, d_mask, n_mask, MASK_D, MASK_N,
                       LOAD_IGNORES_OTHER)  # fmt: skip
-    k_t = kv_values(k_raw, k_scale, q, KV_FORMAT, USE_DOT, DOT_FP32)
+    k_t = kv_values(k_raw, k_unit, q, KV_FORMAT, FP8_NAN_ARITH, USE_DOT, DOT_FP32)
     s = scores(q, k_t, USE_DOT, DOT_FP32)
     if BLOCK_DPE > 0:
         kpe_t = load_tile(k_head_ptr + offs_dpe[:, None] + slot[None, :] * kb_stride_s, dpe_mask, n_mask, MASK_DPE,
                           MASK_N, LOAD_IGNORES_OTHER)  # fmt: skip
-        kpe_t = kv_values(kpe_t, k_scale, q, KV_FORMAT, USE_DOT, DOT_FP32)
+        kpe_t = kv_values(kpe_t, k_unit, q, KV_FORMAT, FP8_NAN_ARITH, USE_DOT, DOT_FP32)
         s += scores(q_pe, kpe_t, USE_DOT, DOT_FP32)
-    s = scale_and_cap(s, sm_scale, LOGIT_CAP)
+    s = scale_and_cap(s, pool_scores_scale(sm_scale, k_scale, KV_FORMAT), LOGIT_CAP)
     if MASK_N:
         s = tl.where(n_mask[None, :], s, float("-inf"))
     if V_IN_K:
-        v = kv_values(tl.trans(k_raw), v_scale, q, KV_FORMAT, USE_DOT, DOT_FP32)
+        v = kv_values(tl.trans(k_raw), v_unit, q, KV_FORMAT, FP8_NAN_ARITH, USE_DOT, DOT_FP32)
     else:
         v = load_tile(v_head_ptr + slot[:, None] * vb_stride_s + offs_dv[None, :], n_mask, dv_mask, MASK_N, MASK_DV,
                       LOAD_IGNORES_OTHER)  # fmt: skip
-        v = kv_values(v, v_scale, q, KV_FORMAT, USE_DOT, DOT_FP32)
+        v = kv_values(v, v_unit, q, KV_FORMAT, FP8_NAN_ARITH, USE_DOT, DOT_FP32)
     return online_softmax_update(s, v, m_i, l_i, acc, USE_DOT, DOT_FP32)
 
 
@@ -125,6 +127,7 @@ def decode_partial_kernel(
     POOL_I64: tl.constexpr,
     LOAD_IGNORES_OTHER: tl.constexpr,
     KV_FORMAT: tl.constexpr,
+    FP8_RUNTIME_UNIT: tl.constexpr, FP8_NAN_ARITH: tl.constexpr,
     V_IN_K: tl.constexpr,
     USE_PDL: tl.constexpr,
 ):
@@ -167,7 +170,7 @@ def decode_partial_kernel(
                                     kb_stride_s, vb_stride_s, offs_d, offs_dpe, offs_dv, d_mask, dpe_mask, dv_mask,
                                     BLOCK_N, False, BLOCK_D > HEAD_DIM, BLOCK_D + BLOCK_DPE > HEAD_DIM,
                                     BLOCK_DV != V_DIM, BLOCK_DPE, LOGIT_CAP, USE_DOT, DOT_FP32, POOL_I64,
-                                    LOAD_IGNORES_OTHER, k_scale, v_scale, KV_FORMAT, V_IN_K)  # fmt: skip
+                                    LOAD_IGNORES_OTHER, k_scale, v_scale, KV_FORMAT, FP8_RUNTIME_UNIT, FP8_NAN_ARITH, V_IN_K)  # fmt: skip
     # The ragged last tile, as a loop of at most one trip: Triton pipelines a
     # loop's loads into shared memory, where a straight-line tile after the
     # loop would stage them in registers (126 registers instead of 64 on sm_90).
@@ -176,8 +179,10 @@ def decode_partial_kernel(
                                     kb_stride_s, vb_stride_s, offs_d, offs_dpe, offs_dv, d_mask, dpe_mask, dv_mask,
                                     BLOCK_N, True, BLOCK_D > HEAD_DIM, BLOCK_D + BLOCK_DPE > HEAD_DIM,
                                     BLOCK_DV != V_DIM, BLOCK_DPE, LOGIT_CAP, USE_DOT, DOT_FP32, POOL_I64,
-                                    LOAD_IGNORES_OTHER, k_scale, v_scale, KV_FORMAT, V_IN_K)  # fmt: skip
+                                    LOAD_IGNORES_OTHER, k_scale, v_scale, KV_FORMAT, FP8_RUNTIME_UNIT, FP8_NAN_ARITH, V_IN_K)  # fmt: skip
 
+    if KV_FORMAT > 0:  # the fp8 tiles were decoded unscaled (`decode_tile`)
+        acc = acc * v_scale
     lse = tl.where(l_i == 0.0, float("-inf"), m_i + tl.log(tl.where(l_i == 0.0, 1.0, l_i)))
     row = (b.to(tl.int64) * num_q_heads + heads) * max_splits + split  # [BLOCK_H]
     tl.store(part_out_ptr + row[:, None] * V_DIM + offs_dv[None, :], finish_rows(acc, l_i),

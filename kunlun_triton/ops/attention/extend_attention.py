@@ -11,6 +11,7 @@ import dataclasses
 import torch
 
 from ...runtime import plan_cache, use_triton
+from ...runtime.capabilities import capabilities
 from ..spec import explicit_config, lookup_config
 from ..launch import KernelLaunch, constexpr_args
 from ..validation import checked_mode, require_number
@@ -53,7 +54,9 @@ def _launch_plan(config, dtype, head_dim, v_dim, group, formulation, logit_cap, 
         BLOCK_D=plan.block_d, BLOCK_DPE=plan.block_dpe, BLOCK_DV=plan.block_dv, LOGIT_CAP=logit_cap, WINDOW=window,
         USE_DOT=plan.use_dot, DOT_FP32=plan.dot_fp32, INDEX_I64=index_i64, LOAD_IGNORES_OTHER=plan.load_ignores_other,
         UNIFIED=unified, SCREEN_INLINE=not plan.use_dot or plan.block_d + plan.block_dpe > 256,
-        KV_FORMAT=fmt, CUSTOM_MASK=custom_mask, V_IN_K=v_in_k and latent,
+        KV_FORMAT=fmt, FP8_RUNTIME_UNIT=bool(fmt) and plan.fp8_runtime_unit,
+        FP8_NAN_ARITH=bool(fmt) and capabilities().fp8_nan_by_arithmetic, CUSTOM_MASK=custom_mask,
+        V_IN_K=v_in_k and latent,
         NEW_V_IN_K=new_v_in_k and latent and not unified)  # fmt: skip
     return plan, KernelLaunch(extend_kernel, constexprs, plan.launch)
 

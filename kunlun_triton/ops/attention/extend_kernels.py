@@ -49,7 +49,7 @@ import triton
 import triton.language as tl
 
 from ..loads import masked_load
-from .fp8 import kv_values
+from .fp8 import fp8_unit, kv_values, pool_scores_scale
 from .tiles import (
     finish_rows,
     load_tile,
@@ -68,13 +68,14 @@ def extend_tile(q, q_pe, m_i, l_i, acc, n0, hi, q_pos, index_ptr, row_base, k_he
                 CAUSAL: tl.constexpr, WINDOW: tl.constexpr, PAGED: tl.constexpr, MASK_D: tl.constexpr, MASK_DPE: tl.constexpr,
                 BLOCK_DPE: tl.constexpr, MASK_DV: tl.constexpr, LOGIT_CAP: tl.constexpr, USE_DOT: tl.constexpr, DOT_FP32: tl.constexpr,
                 INDEX_I64: tl.constexpr, LOAD_IGNORES_OTHER: tl.constexpr, SCREEN_HIDDEN: tl.constexpr,
-                k_scale, v_scale, KV_FORMAT: tl.constexpr, mask_ptr, mask_stride, CUSTOM_MASK: tl.constexpr,
+                k_scale, v_scale, KV_FORMAT: tl.constexpr, FP8_RUNTIME_UNIT: tl.constexpr, FP8_NAN_ARITH: tl.constexpr, mask_ptr, mask_stride, CUSTOM_MASK: tl.constexpr,
                 V_IN_K: tl.constexpr):  # fmt: skip
     """Fold keys n0 .. n0 + BLOCK_N of one stream into the block's softmax.
 
     A full tile (MASKED false) is seen whole by every query row: no masks.
     A masked tile hides keys by `visibility`. K/V of an fp8 pool
-    (KV_FORMAT > 0) are decoded after the load (`fp8.kv_values`). With SCREEN_HIDDEN (the rerun
+    (KV_FORMAT > 0) are decoded after the load, unscaled (`fp8.kv_values`):
+    k_scale multiplies the scores, v_scale the weights. With SCREEN_HIDDEN (the rerun
     of a block that came out NaN, `extend_kernel`), where that leaves loaded
     keys some rows cannot see (CAUSAL, a WINDOW, a CUSTOM_MASK), a key whose value row
     holds an inf or NaN is loaded as zeros (its weight for a row that
@@ -89,6 +90,7 @@ def extend_tile(q, q_pe, m_i, l_i, acc, n0, hi, q_pos, index_ptr, row_base, k_he
     for the check, in a plain layout)."""
     offs_n = n0 + tl.arange(0, BLOCK_N)
     n_mask = offs_n < hi
+    k_unit, v_unit = fp8_unit(k_scale, KV_FORMAT, FP8_RUNTIME_UNIT), fp8_unit(v_scale, KV_FORMAT, FP8_RUNTIME_UNIT)
     rows = stream_rows(index_ptr, row_base, offs_n, n_mask, PAGED, MASKED, INDEX_I64, LOAD_IGNORES_OTHER)
     v_ptrs = v_head_ptr + rows[:, None] * v_stride + offs_dv[None, :]
     if V_IN_K:  # K's rows as V's [N, D] tile, scored through its transpose (a view of the same tile)
@@ -102,18 +104,18 @@ def extend_tile(q, q_pe, m_i, l_i, acc, n0, hi, q_pos, index_ptr, row_base, k_he
             k_mask = n_mask & (poison == 0.0)
         k_raw = load_tile(k_head_ptr + rows[:, None] * k_stride + offs_d[None, :], k_mask, d_mask, MASKED, MASK_D,
                           LOAD_IGNORES_OTHER)  # fmt: skip
-        k_t = tl.trans(kv_values(k_raw, k_scale, q, KV_FORMAT, USE_DOT, DOT_FP32))
+        k_t = tl.trans(kv_values(k_raw, k_unit, q, KV_FORMAT, FP8_NAN_ARITH, USE_DOT, DOT_FP32))
     else:
         k_raw = load_tile(k_head_ptr + offs_d[:, None] + rows[None, :] * k_stride, d_mask, n_mask, MASK_D, MASKED,
                           LOAD_IGNORES_OTHER)  # fmt: skip
-        k_t = kv_values(k_raw, k_scale, q, KV_FORMAT, USE_DOT, DOT_FP32)
+        k_t = kv_values(k_raw, k_unit, q, KV_FORMAT, FP8_NAN_ARITH, USE_DOT, DOT_FP32)
     s = scores(q, k_t, USE_DOT, DOT_FP32)
     if BLOCK_DPE > 0:  # the tail of a split head dim (MLA's rope part)
         kpe_t = load_tile(k_head_ptr + offs_dpe[:, None] + rows[None, :] * k_stride, dpe_mask, n_mask, MASK_DPE,
                           MASKED, LOAD_IGNORES_OTHER)  # fmt: skip
-        kpe_t = kv_values(kpe_t, k_scale, q, KV_FORMAT, USE_DOT, DOT_FP32)
+        kpe_t = kv_values(kpe_t, k_unit, q, KV_FORMAT, FP8_NAN_ARITH, USE_DOT, DOT_FP32)
         s += scores(q_pe, kpe_t, USE_DOT, DOT_FP32)
-    s = scale_and_cap(s, sm_scale, LOGIT_CAP)
+    s = scale_and_cap(s, pool_scores_scale(sm_scale, k_scale, KV_FORMAT), LOGIT_CAP)
     if MASKED:
         visible = visibility(q_pos, offs_n, n_mask, CAUSAL, WINDOW)
         if CUSTOM_MASK:  # the stream's hi is the block's last real row + 1: rows at or past it are padding
@@ -122,25 +124,25 @@ def extend_tile(q, q_pe, m_i, l_i, acc, n0, hi, q_pos, index_ptr, row_base, k_he
             visible = visible & (allowed != 0)
         if SCREEN_HIDDEN and (CAUSAL or WINDOW > 0 or CUSTOM_MASK):
             if V_IN_K:  # poisoned keys were loaded as zeros
-                v = kv_values(k_raw, v_scale, q, KV_FORMAT, USE_DOT, DOT_FP32)
+                v = kv_values(k_raw, v_unit, q, KV_FORMAT, FP8_NAN_ARITH, USE_DOT, DOT_FP32)
             else:
                 poison = value_poison(v_ptrs, n_mask, dv_mask, MASK_DV, LOAD_IGNORES_OTHER, KV_FORMAT)
                 v = load_tile(v_ptrs, n_mask & (poison == 0.0), dv_mask, True, MASK_DV, LOAD_IGNORES_OTHER)
-                v = kv_values(v, v_scale, q, KV_FORMAT, USE_DOT, DOT_FP32)
+                v = kv_values(v, v_unit, q, KV_FORMAT, FP8_NAN_ARITH, USE_DOT, DOT_FP32)
             s = tl.where(visible, s + poison[None, :], float("-inf"))
         else:
             s = tl.where(visible, s, float("-inf"))
             if V_IN_K:
-                v = kv_values(k_raw, v_scale, q, KV_FORMAT, USE_DOT, DOT_FP32)
+                v = kv_values(k_raw, v_unit, q, KV_FORMAT, FP8_NAN_ARITH, USE_DOT, DOT_FP32)
             else:
                 v = load_tile(v_ptrs, n_mask, dv_mask, True, MASK_DV, LOAD_IGNORES_OTHER)
-                v = kv_values(v, v_scale, q, KV_FORMAT, USE_DOT, DOT_FP32)
+                v = kv_values(v, v_unit, q, KV_FORMAT, FP8_NAN_ARITH, USE_DOT, DOT_FP32)
     elif V_IN_K:
-        v = kv_values(k_raw, v_scale, q, KV_FORMAT, USE_DOT, DOT_FP32)
+        v = kv_values(k_raw, v_unit, q, KV_FORMAT, FP8_NAN_ARITH, USE_DOT, DOT_FP32)
     else:
         v = load_tile(v_ptrs, n_mask, dv_mask, False, MASK_DV, LOAD_IGNORES_OTHER)
-        v = kv_values(v, v_scale, q, KV_FORMAT, USE_DOT, DOT_FP32)
-    m_i, l_i, acc = online_softmax_update(s, v, m_i, l_i, acc, USE_DOT, DOT_FP32)
+        v = kv_values(v, v_unit, q, KV_FORMAT, FP8_NAN_ARITH, USE_DOT, DOT_FP32)
+    m_i, l_i, acc = online_softmax_update(s, v, m_i, l_i, acc, USE_DOT, DOT_FP32, v_scale, KV_FORMAT > 0)
     return m_i, l_i, acc
 
 
@@ -150,7 +152,7 @@ def extend_stream(q, q_pe, m_i, l_i, acc, lo, full_lo, full_hi, hi, q_pos, index
                   CAUSAL: tl.constexpr, WINDOW: tl.constexpr, PAGED: tl.constexpr, MASK_D: tl.constexpr, MASK_DPE: tl.constexpr,
                   BLOCK_DPE: tl.constexpr, MASK_DV: tl.constexpr, LOGIT_CAP: tl.constexpr, USE_DOT: tl.constexpr, DOT_FP32: tl.constexpr,
                   INDEX_I64: tl.constexpr, LOAD_IGNORES_OTHER: tl.constexpr, SCREEN_HIDDEN: tl.constexpr,
-                  k_scale, v_scale, KV_FORMAT: tl.constexpr, mask_ptr, mask_stride, CUSTOM_MASK: tl.constexpr,
+                  k_scale, v_scale, KV_FORMAT: tl.constexpr, FP8_RUNTIME_UNIT: tl.constexpr, FP8_NAN_ARITH: tl.constexpr, mask_ptr, mask_stride, CUSTOM_MASK: tl.constexpr,
                   V_IN_K: tl.constexpr):  # fmt: skip
     """Keys [lo, hi) of one stream in tiles of BLOCK_N from lo: masked tiles
     up to the first tile inside [full_lo, full_hi) (a window's edge), full
@@ -166,19 +168,19 @@ def extend_stream(q, q_pe, m_i, l_i, acc, lo, full_lo, full_hi, hi, q_pos, index
                 q, q_pe, m_i, l_i, acc, n0, hi, q_pos, index_ptr, row_base, k_head_ptr, v_head_ptr, k_stride,
                 v_stride, sm_scale, offs_d, offs_dpe, offs_dv, d_mask, dpe_mask, dv_mask, BLOCK_N, True, CAUSAL, WINDOW, PAGED, MASK_D, MASK_DPE, BLOCK_DPE,
                 MASK_DV, LOGIT_CAP, USE_DOT, DOT_FP32, INDEX_I64, LOAD_IGNORES_OTHER, SCREEN_HIDDEN, k_scale, v_scale,
-                KV_FORMAT, mask_ptr, mask_stride, CUSTOM_MASK, V_IN_K)  # fmt: skip
+                KV_FORMAT, FP8_RUNTIME_UNIT, FP8_NAN_ARITH, mask_ptr, mask_stride, CUSTOM_MASK, V_IN_K)  # fmt: skip
     for n0 in range(head_end, tail_start, BLOCK_N):
         m_i, l_i, acc = extend_tile(
             q, q_pe, m_i, l_i, acc, n0, hi, q_pos, index_ptr, row_base, k_head_ptr, v_head_ptr, k_stride,
             v_stride, sm_scale, offs_d, offs_dpe, offs_dv, d_mask, dpe_mask, dv_mask, BLOCK_N, False, CAUSAL, WINDOW, PAGED, MASK_D, MASK_DPE, BLOCK_DPE,
             MASK_DV, LOGIT_CAP, USE_DOT, DOT_FP32, INDEX_I64, LOAD_IGNORES_OTHER, SCREEN_HIDDEN, k_scale, v_scale,
-            KV_FORMAT, mask_ptr, mask_stride, CUSTOM_MASK, V_IN_K)  # fmt: skip
+            KV_FORMAT, FP8_RUNTIME_UNIT, FP8_NAN_ARITH, mask_ptr, mask_stride, CUSTOM_MASK, V_IN_K)  # fmt: skip
     for n0 in range(tail_start, hi, BLOCK_N):
         m_i, l_i, acc = extend_tile(
             q, q_pe, m_i, l_i, acc, n0, hi, q_pos, index_ptr, row_base, k_head_ptr, v_head_ptr, k_stride,
             v_stride, sm_scale, offs_d, offs_dpe, offs_dv, d_mask, dpe_mask, dv_mask, BLOCK_N, True, CAUSAL, WINDOW, PAGED, MASK_D, MASK_DPE, BLOCK_DPE,
             MASK_DV, LOGIT_CAP, USE_DOT, DOT_FP32, INDEX_I64, LOAD_IGNORES_OTHER, SCREEN_HIDDEN, k_scale, v_scale,
-            KV_FORMAT, mask_ptr, mask_stride, CUSTOM_MASK, V_IN_K)  # fmt: skip
+            KV_FORMAT, FP8_RUNTIME_UNIT, FP8_NAN_ARITH, mask_ptr, mask_stride, CUSTOM_MASK, V_IN_K)  # fmt: skip
     return m_i, l_i, acc
 
 
@@ -190,7 +192,7 @@ def attend_block(q, q_pe, offs_m, m0, m_last, prefix_len, q_start, kv_start, kv_
                  BLOCK_D: tl.constexpr, BLOCK_DPE: tl.constexpr, BLOCK_DV: tl.constexpr, LOGIT_CAP: tl.constexpr,
                  WINDOW: tl.constexpr, USE_DOT: tl.constexpr, DOT_FP32: tl.constexpr, INDEX_I64: tl.constexpr,
                  LOAD_IGNORES_OTHER: tl.constexpr, UNIFIED: tl.constexpr, SCREEN_HIDDEN: tl.constexpr,
-                 k_scale, v_scale, KV_FORMAT: tl.constexpr, mask_ptr, mask_stride, CUSTOM_MASK: tl.constexpr,
+                 k_scale, v_scale, KV_FORMAT: tl.constexpr, FP8_RUNTIME_UNIT: tl.constexpr, FP8_NAN_ARITH: tl.constexpr, mask_ptr, mask_stride, CUSTOM_MASK: tl.constexpr,
                  V_IN_K: tl.constexpr, NEW_V_IN_K: tl.constexpr):  # fmt: skip
     """One online softmax of the block's rows over every key they see: (m, l, acc).
     V_IN_K / NEW_V_IN_K: the pool's / the new tokens' V is their K rows' latent (`extend_tile`)."""
@@ -211,7 +213,7 @@ def attend_block(q, q_pe, offs_m, m0, m_last, prefix_len, q_start, kv_start, kv_
             kb_stride_s, vb_stride_s, sm_scale, offs_d, offs_dpe, offs_dv, d_mask, dpe_mask, dv_mask, BLOCK_N, True,
             WINDOW, True, BLOCK_D > HEAD_DIM, BLOCK_D + BLOCK_DPE > HEAD_DIM, BLOCK_DPE, BLOCK_DV != V_DIM, LOGIT_CAP,
             USE_DOT, DOT_FP32, INDEX_I64, LOAD_IGNORES_OTHER, SCREEN_HIDDEN, k_scale, v_scale, KV_FORMAT,
-            mask_ptr, mask_stride, False, V_IN_K)  # fmt: skip
+            FP8_RUNTIME_UNIT, FP8_NAN_ARITH, mask_ptr, mask_stride, False, V_IN_K)  # fmt: skip
     else:
         # Stream 1: the cached prefix, keys at positions 0 .. prefix_len - 1; query
         # row m sits at position prefix_len + m.
@@ -224,7 +226,7 @@ def attend_block(q, q_pe, offs_m, m0, m_last, prefix_len, q_start, kv_start, kv_
             kv_indices_ptr + kv_start, 0, k_buffer_ptr + kv_head * kb_stride_h, v_buffer_ptr + kv_head * vb_stride_h,
             kb_stride_s, vb_stride_s, sm_scale, offs_d, offs_dpe, offs_dv, d_mask, dpe_mask, dv_mask, BLOCK_N, False, WINDOW, True,
             BLOCK_D > HEAD_DIM, BLOCK_D + BLOCK_DPE > HEAD_DIM, BLOCK_DPE, BLOCK_DV != V_DIM, LOGIT_CAP, USE_DOT, DOT_FP32, INDEX_I64, LOAD_IGNORES_OTHER, SCREEN_HIDDEN,
-            k_scale, v_scale, KV_FORMAT, mask_ptr, mask_stride, False, V_IN_K)  # fmt: skip
+            k_scale, v_scale, KV_FORMAT, FP8_RUNTIME_UNIT, FP8_NAN_ARITH, mask_ptr, mask_stride, False, V_IN_K)  # fmt: skip
 
         # Stream 2: the new tokens themselves, causal: key n (at prefix_len + n) is
         # seen by rows m >= n; keys up to m0 by the whole block; none past m_last.
@@ -240,7 +242,7 @@ def attend_block(q, q_pe, offs_m, m0, m_last, prefix_len, q_start, kv_start, kv_
             k_extend_ptr + kv_head * ke_stride_h, v_extend_ptr + kv_head * ve_stride_h, ke_stride_t, ve_stride_t,
             sm_scale, offs_d, offs_dpe, offs_dv, d_mask, dpe_mask, dv_mask, BLOCK_N, True, WINDOW, False, BLOCK_D > HEAD_DIM, BLOCK_D + BLOCK_DPE > HEAD_DIM, BLOCK_DPE,
             BLOCK_DV != V_DIM, LOGIT_CAP, USE_DOT, DOT_FP32, INDEX_I64, LOAD_IGNORES_OTHER, SCREEN_HIDDEN, 1.0, 1.0,
-            0, mask_ptr, mask_stride, CUSTOM_MASK, NEW_V_IN_K)  # fmt: skip  (the new tokens' K/V arrive in the compute dtype: KV_FORMAT 0)
+            0, False, False, mask_ptr, mask_stride, CUSTOM_MASK, NEW_V_IN_K)  # fmt: skip  (the new tokens' K/V arrive in the compute dtype: KV_FORMAT 0)
 
     return m_i, l_i, acc
 
@@ -290,6 +292,7 @@ def extend_kernel(
     UNIFIED: tl.constexpr,
     SCREEN_INLINE: tl.constexpr,
     KV_FORMAT: tl.constexpr,
+    FP8_RUNTIME_UNIT: tl.constexpr, FP8_NAN_ARITH: tl.constexpr,
     CUSTOM_MASK: tl.constexpr,
     V_IN_K: tl.constexpr,
     NEW_V_IN_K: tl.constexpr,
@@ -353,7 +356,7 @@ def extend_kernel(
         v_buffer_ptr, kv_indices_ptr, ke_stride_t, ke_stride_h, ve_stride_t, ve_stride_h, kb_stride_s, kb_stride_h,
         vb_stride_s, vb_stride_h, sm_scale, offs_d, offs_dpe, offs_dv, d_mask, dpe_mask, dv_mask, HEAD_DIM, V_DIM,
         BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DPE, BLOCK_DV, LOGIT_CAP, WINDOW, USE_DOT, DOT_FP32, INDEX_I64, LOAD_IGNORES_OTHER,
-        UNIFIED, SCREEN_INLINE, k_scale, v_scale, KV_FORMAT, mask_base, mask_stride, CUSTOM_MASK, V_IN_K,
+        UNIFIED, SCREEN_INLINE, k_scale, v_scale, KV_FORMAT, FP8_RUNTIME_UNIT, FP8_NAN_ARITH, mask_base, mask_stride, CUSTOM_MASK, V_IN_K,
         NEW_V_IN_K)  # fmt: skip
     if not SCREEN_INLINE:
         row_sums = tl.sum(acc, 1)
@@ -363,7 +366,7 @@ def extend_kernel(
                 k_buffer_ptr, v_buffer_ptr, kv_indices_ptr, ke_stride_t, ke_stride_h, ve_stride_t, ve_stride_h,
                 kb_stride_s, kb_stride_h, vb_stride_s, vb_stride_h, sm_scale, offs_d, offs_dpe, offs_dv, d_mask,
                 dpe_mask, dv_mask, HEAD_DIM, V_DIM, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DPE, BLOCK_DV, LOGIT_CAP, WINDOW,
-                USE_DOT, DOT_FP32, INDEX_I64, LOAD_IGNORES_OTHER, UNIFIED, True, k_scale, v_scale, KV_FORMAT,
+                USE_DOT, DOT_FP32, INDEX_I64, LOAD_IGNORES_OTHER, UNIFIED, True, k_scale, v_scale, KV_FORMAT, FP8_RUNTIME_UNIT, FP8_NAN_ARITH,
                 mask_base, mask_stride, CUSTOM_MASK, V_IN_K, NEW_V_IN_K)  # fmt: skip
 
     out = finish_rows(acc, l_i)

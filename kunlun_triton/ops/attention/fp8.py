@@ -47,46 +47,91 @@ def kernel_view(buffer: torch.Tensor) -> torch.Tensor:
 
 
 @triton.jit
-def fp8_scaled(raw, scale, KV_FORMAT: tl.constexpr):
-    """Bytes (uint8) -> their values times `scale`, in fp32 (exact for scale 1).
-
-    Both formats go through an fp16 built from the byte's bits, whose
-    conversion to fp32 is one exact instruction that handles subnormals on
-    every target (fp16 subnormals are never flushed): e5m2 is the fp16's
-    high byte; e4m3fn's sign, exponent and mantissa moved into the fp16's
-    fields (bias 15 instead of 7) make 2**-8 times the value, subnormals
-    included, so the multiply by the scale, times 256, finishes it (256 *
-    scale is exact: a power of two). Codes 0x7f / 0xff are e4m3fn's NaN."""
+def fp8_half(raw, KV_FORMAT: tl.constexpr, NAN_ARITH: tl.constexpr = False):
+    """Bytes (uint8) -> an fp16 made of their bits: e5m2's value (the fp16's
+    high byte), or 2**-8 times e4m3fn's (its sign, exponent and mantissa
+    moved into the fp16's fields, bias 15 instead of 7: subnormals too).
+    Codes 0x7f / 0xff are e4m3fn's NaN: a compare and select, or with
+    NAN_ARITH (`capabilities().fp8_nan_by_arithmetic`) fp16 exponent 31 by
+    integer arithmetic: (magnitude + 1) & 0x80 is 0x80 for magnitude 0x7f
+    alone, and 0x80 * 0xf8 = 0x7c00 (the exponent's bits; measured against
+    a shift by 7 to 0x4000, the one bit 0x3f80 lacks: gfx942 MLA decode one
+    VGPR spilled on Triton 3.8)."""
     if KV_FORMAT == 2:
-        return ((raw.to(tl.uint16) << 8).to(tl.float16, bitcast=True)).to(tl.float32) * scale
+        return (raw.to(tl.uint16) << 8).to(tl.float16, bitcast=True)
     else:
         b = raw.to(tl.uint16)
         magnitude = b & 0x7F
-        half = (((b & 0x80) << 8) | (magnitude << 7)).to(tl.float16, bitcast=True)
-        return tl.where(magnitude == 0x7F, float("nan"), half.to(tl.float32) * (scale * 256.0))
+        if NAN_ARITH:
+            nan_exponent = ((magnitude + 1) & 0x80) * 0xF8
+            return (((b & 0x80) << 8) | (magnitude << 7) | nan_exponent).to(tl.float16, bitcast=True)
+        else:
+            half = (((b & 0x80) << 8) | (magnitude << 7)).to(tl.float16, bitcast=True)
+            return tl.where(magnitude == 0x7F, float("nan"), half)
 
 
 @triton.jit
 def fp8_to_fp32(raw, KV_FORMAT: tl.constexpr):
-    """Bytes (uint8) -> their fp32 values, exactly (module docstring)."""
-    return fp8_scaled(raw, 1.0, KV_FORMAT)
+    """Bytes (uint8) -> their fp32 values, exactly (module docstring): the
+    fp16 of `fp8_half` converted (one exact instruction that handles
+    subnormals on every target: fp16 subnormals are never flushed), times
+    256 for e4m3fn (exact)."""
+    if KV_FORMAT == 2:
+        return fp8_half(raw, KV_FORMAT).to(tl.float32)
+    else:
+        return fp8_half(raw, KV_FORMAT).to(tl.float32) * 256.0
 
 
 @triton.jit
-def kv_values(raw, scale, like, KV_FORMAT: tl.constexpr, USE_DOT: tl.constexpr, DOT_FP32: tl.constexpr):
+def fp8_unit(scale, KV_FORMAT: tl.constexpr, RUN_TIME: tl.constexpr):
+    """What `fp8_half`'s fp16 is multiplied by to make the value: 256 for
+    e4m3fn, 1 for e5m2. A constant, or with RUN_TIME (``FP8_RUNTIME_UNIT``
+    in the op's config) a run-time value made from `scale` (scale * 0 is not
+    folded: it is NaN for an infinite scale). Where the decode lands depends
+    on it: with a constant, Triton moves it past the tile's layout
+    conversion into the dot operand's layout (sm_90 MLA decode: 248
+    registers, no spills; a run-time unit 255 and 480 bytes of spills); with
+    a run-time unit it stays where the tile is loaded (gfx942 MLA decode:
+    300 VGPRs and no spills, against 512 and 848 bytes, MLA's V, the
+    transposed K tile, then converted in registers; sm_90 MLA extend 61
+    instructions a key against 89)."""
+    if RUN_TIME:
+        return scale * 0.0 + (1.0 if KV_FORMAT == 2 else 256.0)
+    else:
+        return 1.0 if KV_FORMAT == 2 else 256.0
+
+
+@triton.jit
+def kv_values(raw, unit, like, KV_FORMAT: tl.constexpr, NAN_ARITH: tl.constexpr, USE_DOT: tl.constexpr,
+              DOT_FP32: tl.constexpr):  # fmt: skip
     """A loaded K/V tile as the attention loop consumes it: unchanged for a
-    pool in the compute dtype (KV_FORMAT 0: no code at all); else the bytes
-    decoded times the pool's scale, in `like`'s dtype where tl.dot takes
-    the tile in the compute dtype, else fp32 (every fp8 value is exact in
-    fp16/bf16/fp32; only a scale other than 1 rounds)."""
+    pool in the compute dtype (KV_FORMAT 0: no code at all); else the bytes'
+    values, UNSCALED (`unit`: `fp8_unit`; NAN_ARITH: `fp8_half`), in `like`'s dtype where tl.dot
+    takes the tile in the compute dtype, else fp32. Every fp8 value is exact
+    in fp16 / bf16, so the downcast truncates (rtz: no rounding or NaN test,
+    which gfx942 has no instruction for: its bf16 rounding compares and
+    selects each value, and their 64-lane masks spilled scalar registers in
+    MLA extend); the pool's scales multiply the scores and the weights
+    instead (`pool_scores_scale`, `tiles.online_softmax_update`), [M, N]
+    values a tile instead of [N, D]."""
     if KV_FORMAT == 0:
         return raw
     else:
-        x = fp8_scaled(raw, scale, KV_FORMAT)
+        x = fp8_half(raw, KV_FORMAT, NAN_ARITH).to(tl.float32) * unit
         if USE_DOT and not DOT_FP32:
-            return x.to(like.dtype)
+            return x.to(like.dtype, fp_downcast_rounding="rtz")
         else:
             return x
+
+
+@triton.jit
+def pool_scores_scale(sm_scale, k_scale, KV_FORMAT: tl.constexpr):
+    """The scale of the scores of keys from the pool: an fp8 pool's K tiles
+    are decoded unscaled (`kv_values`), so its k_scale goes here, once."""
+    if KV_FORMAT == 0:
+        return sm_scale
+    else:
+        return sm_scale * k_scale
 
 
 @triton.jit

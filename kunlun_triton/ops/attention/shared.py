@@ -107,6 +107,9 @@ class AttentionPlan:
     # it pays per tile op, not per element); 0 on compiled targets
     batch_rows: int
     load_ignores_other: bool
+    # an fp8 pool's tiles decoded times a run-time unit, not a constant
+    # (``FP8_RUNTIME_UNIT`` in the op's config; `fp8.fp8_unit`)
+    fp8_runtime_unit: bool
     launch: dict
 
 
@@ -148,6 +151,7 @@ def attention_plan(op: str, config: dict, dtype, head_dim: int, v_dim: int, grou
         direct_single_split=bool(config["DIRECT_SINGLE_SPLIT"]) if decode else False,
         batch_rows=max(int(config["BATCH_ROWS"]), 0) if decode else 0,
         load_ignores_other=capabilities().load_ignores_other,
+        fp8_runtime_unit=bool(config.get("FP8_RUNTIME_UNIT", 0)),
         launch=run_keywords(launch_options(config)),
     )
 

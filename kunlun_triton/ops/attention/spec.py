@@ -388,7 +388,7 @@ SPECS = [
            traffic=decode_attention_traffic, programs=decode_attention_programs,
            config_keys={"formulation": FORMULATION, "BLOCK_N": TILE, "MAX_KV_SPLITS": COUNT,
                         "PROGRAMS_PER_UNIT": COUNT, "MIN_SPLIT_TOKENS": COUNT, "MAX_BLOCK_H": TILE,
-                        "DIRECT_SINGLE_SPLIT": FLAG, "BATCH_ROWS": NON_NEGATIVE},
+                        "DIRECT_SINGLE_SPLIT": FLAG, "BATCH_ROWS": NON_NEGATIVE, "FP8_RUNTIME_UNIT": FLAG},
            function=decode_attention, lookup_dims=("head_dim", "group"), generation_shapes=decode_generation_shapes),
     OpSpec("extend_attention", "attention", extend_attention_case,
            (({"prefix_lens": [20, 0], "extend_lens": [9, 24], "q_heads": 8, "kv_heads": 2, "head_dim": 128, "page_size": 16}, torch.float16),
@@ -398,6 +398,7 @@ SPECS = [
            tune_shapes=extend_tune_shapes, tune_keep=extend_keep, tolerance_scale=2, x_axis="prefix_len",
            kernels=extend_attention_kernels, traffic=extend_attention_traffic,
            config_keys={"formulation": FORMULATION, "BLOCK_M": TILE, "BLOCK_N": TILE, "FP8_KV_BLOCK_N": TILE,
-                        "VERIFY_BLOCK_M": TILE, "VERIFY_BLOCK_N": TILE, "VERIFY_NUM_WARPS": TILE},
+                        "VERIFY_BLOCK_M": TILE, "VERIFY_BLOCK_N": TILE, "VERIFY_NUM_WARPS": TILE,
+                        "FP8_RUNTIME_UNIT": FLAG},
            function=extend_attention, lookup_dims=("head_dim", "group"), generation_shapes=extend_generation_shapes),
 ]  # fmt: skip

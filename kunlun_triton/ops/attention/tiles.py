@@ -81,10 +81,12 @@ def load_tile(ptrs, row_mask, col_mask, MASK_ROWS: tl.constexpr, MASK_COLS: tl.c
 
 
 @triton.jit
-def online_softmax_update(s, v, m_i, l_i, acc, USE_DOT: tl.constexpr, DOT_FP32: tl.constexpr):
+def online_softmax_update(s, v, m_i, l_i, acc, USE_DOT: tl.constexpr, DOT_FP32: tl.constexpr, v_scale=1.0,
+                          SCALE_V: tl.constexpr = False):  # fmt: skip
     """Fold one tile of scores s [M, N] (hidden keys at -inf) and values
-    v [N, Dv] into the running max m_i [M], sum l_i [M] and unnormalised
-    output acc [M, Dv]:
+    v [N, Dv] (times v_scale with SCALE_V: an fp8 pool's tile, decoded
+    unscaled, `fp8.kv_values`) into the running max m_i [M], sum l_i [M]
+    and unnormalised output acc [M, Dv]:
 
         m' = max(m, max_j s_j);  l' = l e^(m - m') + sum_j e^(s_j - m')
         acc' = acc e^(m - m') + sum_j e^(s_j - m') v_j
@@ -98,7 +100,10 @@ def online_softmax_update(s, v, m_i, l_i, acc, USE_DOT: tl.constexpr, DOT_FP32: 
     alpha = tl.exp(m_i - m_ref)
     p = tl.exp(s - m_ref[:, None])
     l_new = l_i * alpha + tl.sum(p, 1)
-    acc = acc * alpha[:, None] + weighted_values(p, v, USE_DOT, DOT_FP32)
+    if SCALE_V:  # the weights [M, N] carry the scale, not the tile [N, Dv]
+        acc = acc * alpha[:, None] + weighted_values(p * v_scale, v, USE_DOT, DOT_FP32)
+    else:
+        acc = acc * alpha[:, None] + weighted_values(p, v, USE_DOT, DOT_FP32)
     return m_new, l_new, acc
 
 

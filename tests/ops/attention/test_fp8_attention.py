@@ -2,6 +2,9 @@
 reference fed the dequantized pool (torch's own float8 decode, times the
 scales), and store_kv -> attention round trips."""
 
+import dataclasses
+import importlib
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -13,6 +16,11 @@ from kunlun_triton.ops import decode_attention, extend_attention, store_kv
 from kunlun_triton.ops.attention import reference
 from kunlun_triton.testing import assert_close
 from kunlun_triton.introspect.paged import decode_batch, extend_batch
+from kunlun_triton.runtime.config import clear_config_cache
+
+# the modules (the package exports the functions under the same names)
+decode_module = importlib.import_module("kunlun_triton.ops.attention.decode_attention")
+extend_module = importlib.import_module("kunlun_triton.ops.attention.extend_attention")
 
 FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 FORMULATIONS = ("dot", "sum")
@@ -63,6 +71,62 @@ def test_decode_fp8_mla_latent_pool(formulation, fp8_dtype):
     fp8_pool(batch.pool, fp8_dtype, 0.5, 0.5, mla_v_dim=64)
     out = decode_attention(*batch.args(), formulation=formulation, k_scale=0.5, v_scale=0.5)
     assert_close(out, reference.decode_attention(*batch.args(), k_scale=0.5, v_scale=0.5), scale=2)
+
+
+@pytest.fixture
+def nan_by_arithmetic(monkeypatch):
+    """Launch plans as on gfx942 (`capabilities().fp8_nan_by_arithmetic`: e4m3's
+    NaN code decoded without a compare, FP8_NAN_ARITH), run by the interpreter."""
+    from kunlun_triton.runtime.capabilities import capabilities
+
+    caps = dataclasses.replace(capabilities(), fp8_nan_by_arithmetic=True)
+    for module in (decode_module, extend_module):
+        monkeypatch.setattr(module, "capabilities", lambda target=None: caps)
+    clear_config_cache()
+    yield
+    monkeypatch.undo()
+    clear_config_cache()
+
+
+@pytest.mark.parametrize("runtime_unit", [0, 1])
+@pytest.mark.parametrize("fp8_dtype", FP8_DTYPES)
+def test_target_decode_variants_match_the_reference(nan_by_arithmetic, fp8_dtype, runtime_unit):
+    """The fp8 decode as gfx942 (NaN code by arithmetic, the unit at run time)
+    and sm_90's MLA decode (the unit a constant) plan it gives the dequantized
+    reference's answers: MLA decode and extend (V a view of K) and a GQA
+    extend over a separate V pool, with K and V scales apart and a NaN code
+    in the pool (e4m3's 0x7f / e5m2's 0x7d) reaching the rows that see it.
+    (The interpreter's own plans take the compare and the run-time unit.)"""
+    k_scale, v_scale = 0.1, 3.0
+    config = {"FP8_RUNTIME_UNIT": runtime_unit}
+    nan_byte = 0x7F if fp8_dtype == torch.float8_e4m3fn else 0x7D
+    d = decode_batch([17, 40], q_heads=8, kv_heads=1, head_dim=80, v_head_dim=64, dtype=torch.bfloat16, seed=5,
+                     device=DEVICE)  # fmt: skip
+    fp8_pool(d.pool, fp8_dtype, k_scale, k_scale, mla_v_dim=64)
+    d.pool.k_buffer.view(torch.uint8)[d.pool.slots(1)[9].long(), 0, 70] = nan_byte  # a rope value: request 1 only
+    launch = decode_module._launch_plan(config, torch.bfloat16, 80, 64, 8, None, 0.0, 0, False, 1, True)
+    named = _named(decode_module.decode_partial_kernel, launch.partial)
+    assert (named["FP8_NAN_ARITH"], named["FP8_RUNTIME_UNIT"]) == (True, bool(runtime_unit))
+    out = decode_attention(*d.args(), num_kv_splits=2, k_scale=k_scale, v_scale=v_scale, config=config)
+    assert out[1].isnan().all() and out[0].isfinite().all()
+    assert_close(out, reference.decode_attention(*d.args(), k_scale=k_scale, v_scale=v_scale), scale=2)
+    for mla in (True, False):
+        e = extend_batch([23, 6], [9, 14], q_heads=4, kv_heads=1 if mla else 2, head_dim=80 if mla else 32,
+                         v_head_dim=64 if mla else 32, dtype=torch.bfloat16, seed=6, device=DEVICE)  # fmt: skip
+        if mla:
+            e.v_extend = e.k_extend[..., :64]
+        fp8_pool(e.pool, fp8_dtype, k_scale, v_scale, mla_v_dim=64 if mla else None)
+        out = extend_attention(*e.args(), k_scale=k_scale, v_scale=v_scale, config=config)
+        want = reference.extend_attention(*e.args(), k_scale=k_scale, v_scale=v_scale)
+        assert_close(out, want, scale=2, msg=f"mla={mla}")
+    _, constexprs = extend_module._launch_plan(config, torch.bfloat16, 32, 32, 2, None, 0.0, 0, False, False, 1)
+    named = _named(extend_module.extend_kernel, constexprs)
+    assert (named["FP8_NAN_ARITH"], named["FP8_RUNTIME_UNIT"]) == (True, bool(runtime_unit))
+
+
+def _named(kernel, constexprs):
+    """A launch plan's constexprs (`ops.launch.constexpr_args`: the signature's tail) by name."""
+    return dict(zip(kernel.arg_names[len(kernel.arg_names) - len(constexprs):], constexprs))
 
 
 @pytest.mark.parametrize("formulation", FORMULATIONS)

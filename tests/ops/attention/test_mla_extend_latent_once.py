@@ -111,8 +111,8 @@ def test_a_hidden_bad_latent_never_reaches_a_row(bad):
         assert (~torch.isfinite(out[row:])).any(dim=-1).all(), f"{formulation}: a row that sees {bad} must show it"
 
 
-DEEPSEEK = {"batch": 2, "prefix_len": 500, "extend_len": 300, "q_heads": 16, "kv_heads": 1, "head_dim": 576,
-            "v_head_dim": 512}  # fmt: skip
+DEEPSEEK_HEADS = {"q_heads": 16, "kv_heads": 1, "head_dim": 576, "v_head_dim": 512}
+DEEPSEEK = {"batch": 2, "prefix_len": 500, "extend_len": 300, **DEEPSEEK_HEADS}
 
 
 def test_the_planned_mla_launch_takes_v_from_k_everywhere():
@@ -162,14 +162,37 @@ def test_the_latent_is_read_once_per_program_and_key():
 
 
 @pytest.mark.lowering
-def test_shipped_mla_extend_configs_do_not_spill():
-    """Every target's MLA extend (and target verify's) plan, the latent read
-    once, compiles without spills (Kunlun's on sm_90, the proxy for its local
-    memory): sm_90 32 x 32 195 registers, gfx942 64 x 32 407 (64 x 64 spilled
-    2688 bytes), Kunlun 4 x 4 233 (docs/decode-occupancy.md, "MLA extend")."""
-    jobs = [(spec, aot_target(target)) for target in LOWERING_TARGETS for mask in (False, True)
-            for spec in planned_kernels("extend_attention", {**DEEPSEEK, "custom_mask": mask}, torch.bfloat16, target)]
-    assert all(spec.constexprs["V_IN_K"] for spec, _ in jobs)
+@pytest.mark.parametrize("kv_dtype", ["auto", "fp8_e4m3", "fp8_e5m2"])
+def test_shipped_mla_configs_do_not_spill(kv_dtype):
+    """Every target's MLA plans (decode, extend and target verify's extend),
+    the latent read once, over a model-dtype or an fp8 pool, compile without
+    spills (Kunlun's on sm_90, the proxy for its local memory). bf16 extend:
+    sm_90 32 x 32 195 registers, gfx942 64 x 32 407 (64 x 64 spilled 2688
+    bytes), Kunlun 4 x 4 233; an fp8 pool (docs/decode-occupancy.md, "MLA
+    extend"): gfx942 extend 64 x 16 375 (e4m3 spilled 60 bytes of scalar
+    registers before its tiles were decoded compare-free), sm_90 decode 248
+    (1192 bytes before). The fp8 decode's per-target choices are pinned:
+    e4m3's NaN code by arithmetic on gfx942 only, the unit at run time
+    (FP8_RUNTIME_UNIT) on gfx942 and sm_90's extend, a constant in sm_90's
+    decode and Kunlun's plans (ops/attention/fp8.py, the targets' files)."""
+    run_time_unit = {("hip", "decode_partial_kernel"): True, ("hip", "extend_kernel"): True,
+                     ("cuda", "decode_partial_kernel"): False, ("cuda", "extend_kernel"): True,
+                     ("kunlun", "decode_partial_kernel"): False, ("kunlun", "extend_kernel"): False}  # fmt: skip
+    shapes = [("decode_attention", {"batch": 4, "context_len": 2000, **DEEPSEEK_HEADS}),
+              *(("extend_attention", {**DEEPSEEK, "custom_mask": mask}) for mask in (False, True))]  # fmt: skip
+    jobs = []
+    for target in LOWERING_TARGETS:
+        for op, shape in shapes:
+            for spec in planned_kernels(op, {**shape, "kv_dtype": kv_dtype}, torch.bfloat16, target):
+                if spec.name == "decode_merge_kernel" and kv_dtype != "auto":
+                    continue  # the merge reads fp32 partials whatever the pool: compiled with "auto"
+                if "V_IN_K" in spec.constexprs:
+                    assert spec.constexprs["V_IN_K"] is True, (spec.label, target)
+                    fp8 = kv_dtype != "auto"
+                    assert spec.constexprs["FP8_RUNTIME_UNIT"] is (fp8 and run_time_unit[target.name, spec.name])
+                    assert spec.constexprs["FP8_NAN_ARITH"] is (fp8 and target.name == "hip"), (spec.label, target)
+                jobs.append((spec, aot_target(target)))
+    assert len(jobs) == len(LOWERING_TARGETS) * (4 if kv_dtype == "auto" else 3)
     for result in compile_ahead_of_time(jobs, artifacts=True):
         assert result["ok"], result.get("error")
         assert kernel_cost(result)["spill_bytes"] == 0, (result["spec"].label, result["target"], kernel_cost(result))
