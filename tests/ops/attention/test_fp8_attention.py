@@ -105,7 +105,7 @@ def test_target_decode_variants_match_the_reference(nan_by_arithmetic, fp8_dtype
     fp8_pool(d.pool, fp8_dtype, k_scale, k_scale, mla_v_dim=64)
     d.pool.k_buffer.view(torch.uint8)[d.pool.slots(1)[9].long(), 0, 70] = nan_byte  # a rope value: request 1 only
     launch = decode_module._launch_plan(config, torch.bfloat16, 80, 64, 8, None, 0.0, 0, False, 1, True)
-    named = _named(decode_module.decode_partial_kernel, launch.partial)
+    named = _named(decode_module.decode_partial_kernel, launch.partial.constexprs)
     assert (named["FP8_NAN_ARITH"], named["FP8_RUNTIME_UNIT"]) == (True, bool(runtime_unit))
     out = decode_attention(*d.args(), num_kv_splits=2, k_scale=k_scale, v_scale=v_scale, config=config)
     assert out[1].isnan().all() and out[0].isfinite().all()
@@ -119,8 +119,8 @@ def test_target_decode_variants_match_the_reference(nan_by_arithmetic, fp8_dtype
         out = extend_attention(*e.args(), k_scale=k_scale, v_scale=v_scale, config=config)
         want = reference.extend_attention(*e.args(), k_scale=k_scale, v_scale=v_scale)
         assert_close(out, want, scale=2, msg=f"mla={mla}")
-    _, constexprs = extend_module._launch_plan(config, torch.bfloat16, 32, 32, 2, None, 0.0, 0, False, False, 1)
-    named = _named(extend_module.extend_kernel, constexprs)
+    _, extend_launch = extend_module._launch_plan(config, torch.bfloat16, 32, 32, 2, None, 0.0, 0, False, False, 1)
+    named = _named(extend_module.extend_kernel, extend_launch.constexprs)
     assert (named["FP8_NAN_ARITH"], named["FP8_RUNTIME_UNIT"]) == (True, bool(runtime_unit))
 
 
