@@ -84,6 +84,17 @@ def run_keywords(options: dict) -> dict:
 # ---------------------------------------------------------------------------
 
 
+def _first_key(owner, n_args: int, device, knobs, args):
+    """The key of a bound launch's first call, after which `owner` keys with
+    `kinds_key_function` for that call's argument kinds (a call with another
+    count: the generic key, which refuses it with a TypeError)."""
+    generic = key_function(None, n_args)
+    if len(args) != n_args:
+        return generic(device, knobs, *args)
+    owner._key = kinds_key_function(args, generic)
+    return owner._key(device, knobs, *args)
+
+
 class KernelLaunch:
     """`kernel` with its constexprs (the tuple `constexpr_args` builds) and
     `run_keywords` fixed: ``launch(grid, *runtime_args)`` is
@@ -101,13 +112,7 @@ class KernelLaunch:
         self._entries: dict = {}
 
     def _learn_key(self, device, knobs, *args):
-        """The key of the first call, and from then on `kinds_key_function`'s
-        for its argument kinds (a call with another count: the generic key,
-        which refuses it)."""
-        generic = key_function(None, self.n_runtime)
-        if len(args) == self.n_runtime:
-            self._key = kinds_key_function(args, generic)
-        return generic(device, knobs, *args) if len(args) != self.n_runtime else self._key(device, knobs, *args)
+        return _first_key(self, self.n_runtime, device, knobs, args)
 
     @property
     def fast_path_allowed(self) -> bool:
@@ -162,11 +167,7 @@ class LaunchSequence:
         self._entries: dict = {}
 
     def _learn_key(self, device, knobs, *args):
-        """As `KernelLaunch._learn_key`, over the tuple the steps pick from."""
-        generic = key_function(None, self._n_args)
-        if len(args) == self._n_args:
-            self._key = kinds_key_function(args, generic)
-        return generic(device, knobs, *args) if len(args) != self._n_args else self._key(device, knobs, *args)
+        return _first_key(self, self._n_args, device, knobs, args)
 
     def __call__(self, args: tuple):
         env = None if self._off else fast_environment()
