@@ -79,8 +79,8 @@ def run_keywords(options: dict) -> dict:
 # Measured stubbed below the binder (build machine, in ratios to a
 # `torch.empty((8, 4096))` timed alongside): rms_norm's launch 2.2 by
 # `run_kernel`, 1.6 by its KernelLaunch; whole calls, batch 8, sample
-# 15.5 -> 7.3 (its four launches one sequence), extend_attention 10.1 -> 6.1,
-# rms_norm 4.3 -> 3.6 (docs/decode-occupancy.md).
+# 16.9 -> 7.2 (its four launches one sequence), extend_attention 9.9 -> 5.8,
+# rms_norm 4.3 -> 3.5 (docs/decode-occupancy.md).
 # ---------------------------------------------------------------------------
 
 
