@@ -154,14 +154,16 @@ class LaunchSequence:
     """`KernelLaunch`es that run together, in order, on picks of one argument
     tuple: ``sequence(args)`` launches each step ``(launch, grid, pick)`` as
     ``launch(grid, *pick(args))`` (`pick`: an ``operator.itemgetter`` of
-    several positions, or None for all of `args`), keyed once on a hit."""
+    several positions, or None for all of `args`), keyed once on a hit.
+    ``sequence(args, grids)`` launches step i on ``grids[i]`` (a 3-tuple)
+    instead of its own grid (None in its step): grids sized per call."""
 
     __slots__ = ("steps", "kernels", "_key", "_entries", "_off", "_n_args")
 
     def __init__(self, steps, n_args: int):
         self.steps = tuple(steps)
         self.kernels = tuple(launch.kernel for launch, _, _ in self.steps)
-        self._off = any(launch._off or type(grid) is not tuple for launch, grid, _ in self.steps)
+        self._off = any(launch._off or (grid is not None and type(grid) is not tuple) for launch, grid, _ in self.steps)
         self._n_args = n_args
         self._key = None if self._off else self._learn_key  # replaced on its first call
         self._entries: dict = {}
@@ -169,7 +171,7 @@ class LaunchSequence:
     def _learn_key(self, device, knobs, *args):
         return _first_key(self, self._n_args, device, knobs, args)
 
-    def __call__(self, args: tuple):
+    def __call__(self, args: tuple, grids: tuple | None = None):
         env = None if self._off else fast_environment()
         for kernel in self.kernels:
             if env is None or kernel.pre_run_hooks or (kernel.used_global_vals and globals_changed(kernel)):
@@ -185,23 +187,31 @@ class LaunchSequence:
             except (Unkeyed, TypeError):
                 key = None
         if entries is None:
-            self._miss(key, args)
+            self._miss(key, args, grids)
             return
         stream = drv.get_current_stream(device)
         # per step: the driver's launcher, grid, function, metadata, pick, constexprs
-        for run, g0, g1, g2, function, metadata, pick, constexprs in entries:
+        if grids is None:
+            for run, g0, g1, g2, function, metadata, pick, constexprs in entries:
+                run(g0, g1, g2, stream, function, metadata, None, enter, leave,
+                    *(args if pick is None else pick(args)), *constexprs)  # fmt: skip
+            return
+        for (run, _, _, _, function, metadata, pick, constexprs), (g0, g1, g2) in zip(entries, grids, strict=True):
             run(g0, g1, g2, stream, function, metadata, None, enter, leave,
                 *(args if pick is None else pick(args)), *constexprs)  # fmt: skip
 
-    def _miss(self, key, args):
+    def _miss(self, key, args, grids=None):
         """Each step as its `KernelLaunch` launches it (Triton's path on its
         first key), then the CompiledKernels kept under `key` (None: nothing kept)."""
+        grids = tuple(grid for _, grid, _ in self.steps) if grids is None else grids
+        if len(grids) != len(self.steps) or None in grids:
+            raise TypeError(f"LaunchSequence: {len(self.steps)} steps need a grid each, got {grids}")
         if key is None:
-            for launch, grid, pick in self.steps:
+            for (launch, _, pick), grid in zip(self.steps, grids):
                 launch(grid, *(args if pick is None else pick(args)))
             return
         entries = []
-        for launch, grid, pick in self.steps:
+        for (launch, _, pick), grid in zip(self.steps, grids):
             entry = compiled_entry(launch(grid, *(args if pick is None else pick(args))))
             if entry is not None:
                 n = len(grid)

@@ -19,6 +19,10 @@ Launches (T x K = n routing slots):
    when K = 1);
 4. `moe_sum_kernel` (K > 1): out[t] = sum over t's K slots, in fp32.
 
+A decode (one alignment launch, float experts) launches them as one
+`LaunchSequence`: one key over the 21 arguments they pick from instead of
+four over 33, one launch-environment check (docs/decode-occupancy.md).
+
 Besides the output (or `out`, which may be the input: SGLang's inplace) a
 call allocates twice: the int32 index (block table, then sorted slots) and
 one scratch in x's dtype (the activations, then the slot outputs at an
@@ -37,13 +41,15 @@ tiles): `expert_kernels`.
 
 from __future__ import annotations
 
+import operator
+
 import torch
 import triton
 
 from ...runtime import capabilities, launch_options, plan_cache, use_triton
 from ...runtime.dtypes import FLOAT_DTYPES, INDEX_DTYPES
 from ..spec import explicit_config, lookup_config
-from ..launch import KernelLaunch, constexpr_args, run_keywords
+from ..launch import KernelLaunch, LaunchSequence, constexpr_args, run_keywords
 from ..validation import (
     checked_mode,
     power_of_two_at_most,
@@ -176,6 +182,30 @@ class _Plan:
         self.sum_cols = -(-hidden // block_h)
         self.sum = bind(moe_sum_kernel, H=hidden, E=experts, TOP_K=top_k, BLOCK_T=self.sum_rows, BLOCK_H=block_h,
                         ZERO_AFTER_LOAD=zero)  # fmt: skip
+        # A decode's launches (n <= SINGLE_PROGRAM_SLOTS, float experts): one
+        # sequence, keyed once over `_DECODE_ARGS`, grids sized per call.
+        steps = [(self.align_single, _DECODE_PICKS["align"]), (self.gate_up, _DECODE_PICKS["gate_up"]),
+                 (self.down, _DECODE_PICKS["down"])] + ([(self.sum, _DECODE_PICKS["sum"])] if top_k > 1 else [])  # fmt: skip
+        self.decode = LaunchSequence([(launch, None, pick) for launch, pick in steps], len(_DECODE_ARGS))
+
+
+# The decode sequence's argument tuple and each launch's pick of it; K = 1's
+# down launch writes the output (`down_out` = out, offset 0, out's row
+# stride), K > 1's the scratch after the activations (summed by the last).
+_DECODE_ARGS = ("ids", "index", "n", "bound", "x", "w13", "scratch", "weights", "x_stride", "w13_stride_e",
+                "w13_stride_n", "none", "w2", "down_out", "down_offset", "w2_stride_e", "w2_stride_n",
+                "down_stride", "out", "tokens", "out_stride")  # fmt: skip
+_DECODE_PICKS = {
+    name: operator.itemgetter(*map(_DECODE_ARGS.index, args))
+    for name, args in {
+        "align": ("ids", "index", "n", "bound"),
+        "gate_up": ("x", "w13", "scratch", "index", "bound", "weights", "x_stride", "w13_stride_e", "w13_stride_n",
+                    "none", "none"),
+        "down": ("scratch", "w2", "down_out", "down_offset", "index", "bound", "weights", "w2_stride_e",
+                 "w2_stride_n", "down_stride", "none", "none"),
+        "sum": ("scratch", "down_offset", "ids", "out", "tokens", "out_stride"),
+    }.items()
+}  # fmt: skip
 
 
 @plan_cache
@@ -190,11 +220,17 @@ def _plan(bucket, experts, top_k, hidden, inter, dtype, activation, on_input, fo
     return _Plan(experts, top_k, hidden, inter, dtype, activation, on_input, formulation, config, int8=int8)
 
 
+def blocks_bound(n: int, experts: int, block_m: int) -> int:
+    """At most this many BLOCK_M-row blocks hold n slots sorted by expert
+    (each expert's last block partly filled): the grids' first dimension."""
+    return min(n, -(-n // block_m) + min(experts, n))
+
+
 def align_slots(topk_ids: torch.Tensor, num_experts: int, plan: _Plan):
     """(index, n_blocks) for the flat ids: index [3 * n_blocks + n] int32 is
     the block table [n_blocks, 3] then the n sorted slots (see `align`)."""
     n = topk_ids.numel()
-    bound = min(n, -(-n // plan.block_m) + min(num_experts, n))
+    bound = blocks_bound(n, num_experts, plan.block_m)
     if n <= align.SINGLE_PROGRAM_SLOTS:
         index = topk_ids.new_empty(3 * bound + n, dtype=torch.int32)
         plan.align_single((1,), topk_ids, index, n, bound)
@@ -282,16 +318,26 @@ def fused_experts(
     args = (1 << (tokens - 1).bit_length(), experts, top_k, hidden, inter, hidden_states.dtype, activation,
             bool(apply_router_weight_on_input), formulation, int8)  # fmt: skip
     plan = _plan(*args) if config is None else _plan.uncached(*args, config)
-    x, x_scale = per_token_quant_int8(hidden_states, check=False) if int8 else (hidden_states, None)
     ids = topk_ids if topk_ids.is_contiguous() else topk_ids.contiguous()
     weights = topk_weights if topk_weights.is_contiguous() else topk_weights.contiguous()
-    index, bound = align_slots(ids, experts, plan)
     n = tokens * top_k
     # One scratch allocation: the sorted rows' act(gate) * up [n, I], then
     # (K > 1) the slots' outputs [n, H] from a 64-element boundary (aligned
     # whatever n: Triton specialises the offset on its 16-divisibility).
     inter_size = -(-n * inter // 64) * 64
     scratch = hidden_states.new_empty(inter_size + n * hidden if top_k > 1 else n * inter)
+    if n <= align.SINGLE_PROGRAM_SLOTS and not int8:  # a decode: its launches as one sequence
+        bound = blocks_bound(n, experts, plan.block_m)
+        index = ids.new_empty(3 * bound + n, dtype=torch.int32)
+        down_out, down_offset, down_stride = (scratch, inter_size, hidden) if top_k > 1 else (out, 0, out.stride(0))
+        plan.decode((ids, index, n, bound, hidden_states, w13, scratch, weights, hidden_states.stride(0),
+                     *w13.stride()[:2], None, w2, down_out, down_offset, *w2.stride()[:2], down_stride, out, tokens,
+                     out.stride(0)),
+                    ((1, 1, 1), (bound, plan.gate_up_tiles, 1), (bound, plan.down_tiles, 1),
+                     (-(-tokens // plan.sum_rows), plan.sum_cols, 1))[: 3 + (top_k > 1)])  # fmt: skip
+        return out
+    x, x_scale = per_token_quant_int8(hidden_states, check=False) if int8 else (hidden_states, None)
+    index, bound = align_slots(ids, experts, plan)
     plan.gate_up((bound, plan.gate_up_tiles),
         x, w13, scratch, index, bound, weights, x.stride(0), *w13.stride()[:2], x_scale, w13_scale)  # fmt: skip
     # W8A8: the activation rows quantized per row (SGLang's intermediate cache quantized per token)
