@@ -61,7 +61,8 @@ def test_inspect_plans_for_the_target_asked(tmp_path):
          "--shape kv_dtype=int4: expected one of auto, fp8_e4m3, fp8_e5m2"),
         (["inspect", "store_kv", "--no-compile", "--shape", "kv_dtype=fp8"],
          "--shape kv_dtype=fp8: expected one of auto, fp8_e4m3, fp8_e5m2"),
-        (["inspect", "rms_norm", "--shape", "kv_dtype=fp8_e4m3"], "--shape kv_dtype: no such key in the shape of rms_norm"),
+        (["inspect", "rms_norm", "--shape", "kv_dtype=fp8_e4m3"],
+         "--shape kv_dtype: no such key in the shape of rms_norm"),
     ],
 )
 def test_inspect_refuses_bad_requests(argv, message, capsys):
@@ -83,7 +84,8 @@ def test_inspect_kv_dtype_moves_the_fp8_pool(tmp_path, capsys):
     tile, so it saves a whole number of the prefix's fp8 bytes."""
     argv = ["decode_attention", "extend_attention", "--target", "cuda:sm_90", "--preset", "llama-3-8b", "--dtype",
             "bf16", "--batch", "64", "--context", "4096", "--traffic", "--no-compile"]  # fmt: skip
-    reports = {kv: _report(tmp_path, capsys, [*argv, "--shape", f"kv_dtype={kv}"]) for kv in ("auto", "fp8_e4m3", "fp8_e5m2")}
+    reports = {kv: _report(tmp_path, capsys, [*argv, "--shape", f"kv_dtype={kv}"])
+               for kv in ("auto", "fp8_e4m3", "fp8_e5m2")}  # fmt: skip
     assert "kv_dtype=fp8_e4m3" in capsys.readouterr().out
     kv_values = 64 * 4096 * 8 * (128 + 128)  # requests x keys x kv heads x (K + V) per layer
     decode = {kv: r["ops"]["decode_attention"]["bytes_per_call"]["ours"] for kv, r in reports.items()}

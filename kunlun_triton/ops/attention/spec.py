@@ -53,7 +53,8 @@ def store_kv_case(shape, dtype, device) -> OpCase:
         return k_buffer, v_buffer
 
     return OpCase(run, ref, {"row_width": kv_heads * head_dim, "tokens": tokens},
-                  bytes_moved=2 * k.numel() * (_elt(dtype) + _elt(k_buffer.dtype)), args=(k, v, k_buffer, v_buffer, loc))  # fmt: skip
+                  bytes_moved=2 * k.numel() * (_elt(dtype) + _elt(k_buffer.dtype)),  # read k, v; write the pool
+                  args=(k, v, k_buffer, v_buffer, loc))  # fmt: skip
 
 
 def decode_attention_case(shape, dtype, device) -> OpCase:
@@ -82,8 +83,8 @@ def decode_attention_case(shape, dtype, device) -> OpCase:
         reference=lambda: reference.decode_attention(*d.args(), **scales),
         # no batch: no constexpr may depend on it (the split policy scales with it at run time)
         dims={"head_dim": shape["head_dim"], "group": shape["q_heads"] // shape["kv_heads"]},
-        bytes_moved=total * shape["kv_heads"] * (head_dim if v_dim < head_dim else 2 * head_dim) * _elt(d.pool.k_buffer.dtype)
-        + (d.q.numel() + len(lens) * shape["q_heads"] * v_dim) * _elt(dtype),
+        bytes_moved=total * shape["kv_heads"] * (head_dim if v_dim < head_dim else 2 * head_dim)
+        * _elt(d.pool.k_buffer.dtype) + (d.q.numel() + len(lens) * shape["q_heads"] * v_dim) * _elt(dtype),
         flops=4 * total * shape["q_heads"] * shape["head_dim"],
         args=args,
         time_reference=total <= TORCH_REFERENCE_MAX_TOKENS,
