@@ -4,7 +4,8 @@ A request's slots are scattered over the pool (SGLang's page_size=1 layout,
 the least friendly to the memory system). Bytes moved are what an ideal
 kernel reads and writes once: every visible K and V row plus q and o
 (decode); prefix K/V, new q/k/v and o (extend). The op runs with checked
-mode off, as a server runs it.
+mode off, as a server runs it. The pool holds the model's dtype or fp8
+(the shapes' ``kv_dtype``, `kv_dtype.py`): cached K/V count at its width.
 """
 
 from __future__ import annotations
@@ -17,6 +18,10 @@ from . import reference
 from .decode_attention import decode_attention
 from .decode_splits import DecodeWorkspace, decode_split_plan, decode_traffic, decode_workspace
 from .extend_attention import extend_attention
+from .kv_dtype import elt as _elt
+from .kv_dtype import kv_scales, pool_dtype, quantize_pool
+from .kv_dtype import meta as _meta
+from .kv_dtype import meta_kv_pool as _kv_pool
 from .kv_indices import build_kv_indices
 from .store_kv import store_kv
 
@@ -28,10 +33,6 @@ TORCH_REFERENCE_MAX_TOKENS = 64 * 1024  # the per-request python loop is slow be
 SUM_TILE_CAP = 65536  # tl.sum formulation: BLOCK_M x BLOCK_N x BLOCK_D product values per program
 
 
-def _elt(dtype) -> int:
-    return torch.empty((), dtype=dtype).element_size()
-
-
 def store_kv_case(shape, dtype, device) -> OpCase:
     tokens, kv_heads, head_dim = shape["tokens"], shape["kv_heads"], shape["head_dim"]
     gen = torch.Generator().manual_seed(tokens)
@@ -39,19 +40,21 @@ def store_kv_case(shape, dtype, device) -> OpCase:
     v = torch.randn(tokens, kv_heads, head_dim, generator=gen).to(dtype).to(device)
     slots = shape.get("slots", max(4 * tokens, 16))
     loc = torch.randperm(slots, generator=gen)[:tokens].to(device)
-    k_buffer = torch.zeros(slots, kv_heads, head_dim, dtype=dtype, device=device)
+    k_buffer = torch.zeros(slots, kv_heads, head_dim, dtype=pool_dtype(shape, dtype), device=device)
     v_buffer = torch.zeros_like(k_buffer)
+    scales = kv_scales(shape)  # kv_dtype=fp8_*: the pool takes value / scale
 
     def run(config):
-        store_kv(k, v, k_buffer, v_buffer, loc, check=False, config=config)
+        store_kv(k, v, k_buffer, v_buffer, loc, check=False, config=config, **scales)
         return k_buffer, v_buffer
 
     def ref():
-        reference.store_kv(k, v, k_buffer, v_buffer, loc)
+        reference.store_kv(k, v, k_buffer, v_buffer, loc, **scales)
         return k_buffer, v_buffer
 
     return OpCase(run, ref, {"row_width": kv_heads * head_dim, "tokens": tokens},
-                  bytes_moved=4 * k.numel() * _elt(dtype), args=(k, v, k_buffer, v_buffer, loc))  # fmt: skip
+                  bytes_moved=2 * k.numel() * (_elt(dtype) + _elt(k_buffer.dtype)),  # read k, v; write the pool
+                  args=(k, v, k_buffer, v_buffer, loc))  # fmt: skip
 
 
 def decode_attention_case(shape, dtype, device) -> OpCase:
@@ -64,6 +67,8 @@ def decode_attention_case(shape, dtype, device) -> OpCase:
         d.pool.v_buffer = d.pool.k_buffer[..., :v_dim]
     elif v_dim != head_dim:
         raise ValueError(f"decode_attention: v_head_dim {v_dim} above head_dim {head_dim} is not a shape it benches")
+    quantize_pool(d.pool, shape, dtype)  # kv_dtype=fp8_*: the pool's bytes, read with `scales`
+    scales = kv_scales(shape)
     args = d.args()
     total = sum(lens)
     step = (len(lens), shape["q_heads"], shape["kv_heads"], head_dim, v_dim, device)
@@ -71,15 +76,15 @@ def decode_attention_case(shape, dtype, device) -> OpCase:
 
     def run(config):
         ws = workspace if config is None else decode_workspace(*step, config=config)
-        return decode_attention(*args, check=False, workspace=ws, config=config)
+        return decode_attention(*args, check=False, workspace=ws, config=config, **scales)
 
     return OpCase(
         run=run,
-        reference=lambda: reference.decode_attention(*d.args()),
+        reference=lambda: reference.decode_attention(*d.args(), **scales),
         # no batch: no constexpr may depend on it (the split policy scales with it at run time)
         dims={"head_dim": shape["head_dim"], "group": shape["q_heads"] // shape["kv_heads"]},
-        bytes_moved=(total * shape["kv_heads"] * (head_dim if v_dim < head_dim else 2 * head_dim)
-                     + d.q.numel() + len(lens) * shape["q_heads"] * v_dim) * _elt(dtype),
+        bytes_moved=total * shape["kv_heads"] * (head_dim if v_dim < head_dim else 2 * head_dim)
+        * _elt(d.pool.k_buffer.dtype) + (d.q.numel() + len(lens) * shape["q_heads"] * v_dim) * _elt(dtype),
         flops=4 * total * shape["q_heads"] * shape["head_dim"],
         args=args,
         time_reference=total <= TORCH_REFERENCE_MAX_TOKENS,
@@ -124,6 +129,8 @@ def extend_attention_case(shape, dtype, device) -> OpCase:
         e.pool.v_buffer, e.v_extend = e.pool.k_buffer[..., :v_dim], e.k_extend[..., :v_dim]
     elif v_dim != head_dim:
         raise ValueError(f"extend_attention: v_head_dim {v_dim} above head_dim {head_dim} is not a shape it benches")
+    quantize_pool(e.pool, shape, dtype)  # kv_dtype=fp8_*: the cached prefix's bytes; new tokens stay in dtype
+    scales = kv_scales(shape)
     v_row = 0 if v_dim < head_dim else v_dim
     args = e.args()
     tokens = sum(e.extend_lens)
@@ -131,11 +138,11 @@ def extend_attention_case(shape, dtype, device) -> OpCase:
     causal_pairs = sum(n * p + n * (n + 1) // 2 for p, n in zip(e.pool.lens, e.extend_lens))
     masks = _mask_kwargs(shape, prefix, extend, device)  # target verify: ``custom_mask=1``
     return OpCase(
-        run=lambda config: extend_attention(*args, check=False, config=config, **masks),
-        reference=lambda: reference.extend_attention(*e.args(), **masks),
+        run=lambda config: extend_attention(*args, check=False, config=config, **masks, **scales),
+        reference=lambda: reference.extend_attention(*e.args(), **masks, **scales),
         dims={"head_dim": head_dim, "group": q_heads // kv_heads},
-        bytes_moved=((cached + tokens) * kv_heads * (head_dim + v_row) + tokens * q_heads * (head_dim + v_dim))
-        * _elt(dtype),
+        bytes_moved=cached * kv_heads * (head_dim + v_row) * _elt(e.pool.k_buffer.dtype)
+        + (tokens * kv_heads * (head_dim + v_row) + tokens * q_heads * (head_dim + v_dim)) * _elt(dtype),
         flops=4 * causal_pairs * q_heads * head_dim,
         # SGLang's extend takes (logit_cap, sliding_window, custom_mask, mask_indptr) next
         args=args + ((0.0, None, masks["custom_mask"], masks["mask_indptr"]) if masks else ()),
@@ -148,9 +155,13 @@ def _heads(preset, quick):
         "q_heads": preset.num_heads, "kv_heads": preset.num_kv_heads, "head_dim": preset.head_dim}  # fmt: skip
 
 
+# kv_dtype: the KV pool's dtype, ``auto`` (the model's) or SGLang's fp8 words
+# (``--shape kv_dtype=fp8_e4m3``; `kv_dtype.pool_dtype`) in every shape with a pool
+
+
 def store_kv_shapes(preset, quick):
     heads = _heads(preset, quick)
-    return [{"tokens": t, "kv_heads": heads["kv_heads"], "head_dim": heads["head_dim"]}
+    return [{"tokens": t, "kv_heads": heads["kv_heads"], "head_dim": heads["head_dim"], "kv_dtype": "auto"}
             for t in ([16] if quick else [1, 64, 4096])]  # fmt: skip
 
 
@@ -158,7 +169,7 @@ def decode_shapes(preset, quick):
     # v_head_dim: MLA's is smaller than head_dim (V the latent part of K's rows),
     # ``kunlun-triton inspect --shape head_dim=576 --shape v_head_dim=512``
     v_dim = {} if quick else {"v_head_dim": preset.head_dim}
-    return [{"batch": b, "context_len": c, **_heads(preset, quick), **v_dim}
+    return [{"batch": b, "context_len": c, **_heads(preset, quick), **v_dim, "kv_dtype": "auto"}
             for b in ([1, 2] if quick else [1, 8, 32, 64]) for c in ([64, 256] if quick else [1024, 4096, 16384, 32768])]  # fmt: skip
 
 
@@ -166,7 +177,7 @@ def extend_shapes(preset, quick):
     # custom_mask: target verify's tree mask (``--shape custom_mask=1``, `verify_mask`); v_head_dim
     # as decode's (MLA: ``--shape head_dim=576 --shape v_head_dim=512``)
     v_dim = {} if quick else {"v_head_dim": preset.head_dim}
-    return [{"batch": b, "prefix_len": p, "extend_len": e, **_heads(preset, quick), **v_dim, "custom_mask": False}
+    return [{"batch": b, "prefix_len": p, "extend_len": e, **_heads(preset, quick), **v_dim, "custom_mask": False, "kv_dtype": "auto"}
             for b in ([1, 2] if quick else [1, 8]) for p in ([0, 64] if quick else [0, 4096])
             for e in ([32] if quick else [512, 2048])]  # fmt: skip
 
@@ -175,39 +186,13 @@ def extend_shapes(preset, quick):
 # meta tensors (no memory, any size): `OpSpec.kernels`.
 
 
-def _meta(*shape, dtype):
-    return torch.empty(shape, dtype=dtype, device="meta")
-
-
-KV_DTYPES = {"fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}  # SGLang's --kv-cache-dtype names
-
-
-def _pool_dtype(shape, dtype):
-    """The KV pool's dtype: the compute dtype, or fp8 with ``kv_dtype=fp8_e4m3 | fp8_e5m2``
-    in the shape (``kunlun-triton inspect --shape kv_dtype=fp8_e4m3``)."""
-    name = shape.get("kv_dtype", "auto")
-    if name == "auto":
-        return dtype
-    if name not in KV_DTYPES:
-        raise ValueError(f"kv_dtype must be auto or one of {', '.join(KV_DTYPES)}, got {name!r}")
-    return KV_DTYPES[name]
-
-
-def _kv_pool(slots, kv_heads, head_dim, v_dim, dtype):
-    """K and V rows; with a smaller v_dim, V is the first v_dim values of K's
-    rows (SGLang's MLA latent pool: a strided view, as the kernels get it)."""
-    k = _meta(slots, kv_heads, head_dim, dtype=dtype)
-    return k, (k[..., :v_dim] if v_dim < head_dim else _meta(slots, kv_heads, v_dim, dtype=dtype))
-
-
 def store_kv_kernels(shape, dtype, config):
-    from ...introspect.launches import meta_kernel_specs, with_loop_items
+    from ...introspect.launches import meta_kernel_specs
 
     tokens, kv_heads, head_dim = shape["tokens"], shape["kv_heads"], shape["head_dim"]
     k, v = _meta(tokens, kv_heads, head_dim, dtype=dtype), _meta(tokens, kv_heads, head_dim, dtype=dtype)
-    pool, pool_dtype = shape.get("slots", max(4 * tokens, 16)), _pool_dtype(shape, dtype)
-    k_buffer = _meta(pool, kv_heads, head_dim, dtype=pool_dtype)
-    v_buffer = _meta(pool, kv_heads, head_dim, dtype=pool_dtype)
+    k_buffer, v_buffer = _kv_pool(shape.get("slots", max(4 * tokens, 16)), kv_heads, head_dim, head_dim,
+                                  pool_dtype(shape, dtype))  # fmt: skip
     loc = _meta(tokens, dtype=torch.int64)
     return meta_kernel_specs(lambda: store_kv(k, v, k_buffer, v_buffer, loc, check=False, config=config))
 
@@ -221,7 +206,7 @@ def decode_attention_kernels(shape, dtype, config):
     v_dim = shape.get("v_head_dim", head_dim)
     q, o = _meta(batch, q_heads, head_dim, dtype=dtype), _meta(batch, q_heads, v_dim, dtype=dtype)
     slots = total + shape.get("page_size", 1)
-    k_buffer, v_buffer = _kv_pool(slots, kv_heads, head_dim, v_dim, _pool_dtype(shape, dtype))
+    k_buffer, v_buffer = _kv_pool(slots, kv_heads, head_dim, v_dim, pool_dtype(shape, dtype))
     indptr, indices = _meta(batch + 1, dtype=torch.int32), _meta(total, dtype=torch.int32)
     specs = meta_kernel_specs(lambda: decode_attention(q, k_buffer, v_buffer, o, indptr, indices, head_dim**-0.5,
                                                        check=False, config=config))  # fmt: skip
@@ -239,7 +224,7 @@ def extend_attention_kernels(shape, dtype, config):
     q, o = _meta(tokens, q_heads, head_dim, dtype=dtype), _meta(tokens, q_heads, v_dim, dtype=dtype)
     k, v = _kv_pool(tokens, kv_heads, head_dim, v_dim, dtype)
     slots = cached + tokens + shape.get("page_size", 1)
-    k_buffer, v_buffer = _kv_pool(slots, kv_heads, head_dim, v_dim, _pool_dtype(shape, dtype))
+    k_buffer, v_buffer = _kv_pool(slots, kv_heads, head_dim, v_dim, pool_dtype(shape, dtype))
     qo_indptr, kv_indptr = _meta(len(extend) + 1, dtype=torch.int32), _meta(len(prefix) + 1, dtype=torch.int32)
     kv_indices = _meta(cached, dtype=torch.int32)
     masks = _mask_kwargs(shape, prefix, extend, "meta", meta=True)
@@ -260,7 +245,7 @@ def extend_attention_traffic(shape, dtype) -> int:
     prefix = shape.get("prefix_lens") or [shape["prefix_len"]] * shape["batch"]
     extend = shape.get("extend_lens") or [shape["extend_len"]] * shape["batch"]
     return extend_traffic(prefix, extend, shape["q_heads"], shape["head_dim"], shape.get("v_head_dim", shape["head_dim"]),
-                          _elt(dtype), c["BLOCK_M"], kv_elt=_elt(_pool_dtype(shape, dtype)), v_in_k=c["V_IN_K"],
+                          _elt(dtype), c["BLOCK_M"], kv_elt=_elt(pool_dtype(shape, dtype)), v_in_k=c["V_IN_K"],
                           new_v_in_k=c["NEW_V_IN_K"])  # fmt: skip
 
 
@@ -290,7 +275,7 @@ def decode_attention_traffic(shape, dtype) -> int:
     plan = _plan(None, dtype, head_dim, v_dim, q_heads // kv_heads, None)
     v_in_k = v_dim < head_dim and plan.block_d == plan.block_dv == v_dim  # decode_attention's V_IN_K
     return decode_traffic(lens, q_heads, kv_heads, head_dim, v_dim, _elt(dtype), splits,
-                          _elt(_pool_dtype(shape, dtype)), v_in_k=v_in_k)  # fmt: skip
+                          _elt(pool_dtype(shape, dtype)), v_in_k=v_in_k)  # fmt: skip
 
 
 def decode_attention_programs(shape, dtype) -> int:

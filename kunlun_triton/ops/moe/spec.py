@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import torch
 
-from ...runtime import Target, capabilities, current_target, get_config
+from ...runtime import Target, current_target, get_config
 from ...introspect.aot import KernelSpec
 from ..spec import FORMULATION, TILE, OpCase, OpSpec
-from . import align, reference
-from .fused_experts import FORMULATIONS, SUM_TILE_CAP, _Plan, fused_experts
+from . import reference
+from .fused_experts import FORMULATIONS, SUM_TILE_CAP, fused_experts
 from .moe_topk import _plan as topk_plan
 from .moe_topk import moe_topk
 
