@@ -1,7 +1,7 @@
 """The fast launch path (issue 24): a repeated launch on a compiled target
 skips Triton's binder, replaying the CompiledKernel Triton returned for an
-equal key. `ops.launch` builds on it (`KernelLaunch`, `LaunchSequence`);
-`run_kernel` is its unbound form."""
+equal key. Its bound forms are `ops.launch`'s `KernelLaunch` and
+`LaunchSequence`; this module holds what they share."""
 
 from __future__ import annotations
 
@@ -20,24 +20,27 @@ from ..runtime.env import raw_env_token
 # ``JITFunction.run`` costs 6-8 us a launch on the build machine before the
 # driver sees anything (knob reads, current device and stream, the binder,
 # ``str(options)`` in its cache key, launch metadata, hooks): more than a
-# launcher's own Python. `run_kernel` calls it as a launcher would on a miss (it
-# compiles if needed and returns the CompiledKernel), keeps that
-# CompiledKernel under a cheap key of its own, and on a hit calls the
-# CompiledKernel's launcher as ``JITFunction.run`` does, with the current
-# stream.
+# launcher's own Python. A bound launch (`ops.launch.KernelLaunch`: a kernel
+# with its constexprs and launch options fixed by a plan; `LaunchSequence`:
+# the launches of one op call) calls it on a miss (it compiles if needed and
+# returns the CompiledKernel), keeps that CompiledKernel under a cheap key of
+# its own, and on a hit calls the CompiledKernel's launcher as
+# ``JITFunction.run`` does, with the current stream.
 #
-# The cheap key refines Triton's (equal cheap keys => equal Triton keys;
-# tests/ops/test_fast_launch.py holds it to Triton's own binder): per
-# runtime argument its kind and what the binder specialises on (a tensor's
-# dtype and 16-byte alignment, an int's == 1 / i32 / i64 / u64 class and
-# 16-divisibility), a constexpr's type and value, the launch keywords' names,
-# types and values, the current device and the knobs Triton folds into its
-# options. It is recomputed on every call: alignment is never assumed.
+# The cheap key covers the runtime arguments only (the constexprs and options
+# are the bound object's) and refines Triton's (equal cheap keys => equal
+# Triton keys; tests/ops/test_fast_launch.py holds it to Triton's own
+# binder): per runtime argument its kind and what the binder specialises on
+# (a tensor's dtype and 16-byte alignment, an int's == 1 / i32 / i64 / u64
+# class and 16-divisibility, None / float / bool by type), the current device
+# and the knobs Triton folds into its options. It is recomputed on every
+# call: alignment is never assumed.
 #
-# Anything else takes the plain path: an argument kind not listed, keywords
-# naming parameters, fewer positional arguments than parameters (defaults), a
-# grid that is not a tuple, warmup, pre-run hooks, a launch or
-# stage-inspection hook set, an interpreted kernel, a patched or unverified
+# Anything else takes the plain path: an argument kind not listed, another
+# argument count, launch keywords naming parameters or without
+# ``warmup=False`` (the bound object is off for good), a grid that is not a
+# tuple, pre-run hooks, a used global changed, a launch or stage-inspection
+# hook set, an interpreted kernel, a patched or unverified
 # ``JITFunction.run`` (a Triton whose launch path this was not checked
 # against; also `introspect.launches`' stubs at run()), a kernel Triton hands
 # back that is not a CompiledKernel (async compilation), and a driver whose
@@ -46,10 +49,9 @@ from ..runtime.env import raw_env_token
 # ---------------------------------------------------------------------------
 
 # sha256[:16] of inspect.getsource(JITFunction.run) for the Tritons whose
-# launch path `run_kernel` mirrors: 3.9.0 and 3.8.0 (SGLang 0.5.23's).
+# launch path the bound launches mirror: 3.9.0 and 3.8.0 (SGLang 0.5.23's).
 VERIFIED_RUN_SOURCES = frozenset({"3293f3bc9eab4de7", "8686893714b9aef1"})
-MAX_ENTRIES = 256  # per kernel: a plan cache churning keys costs misses, not memory
-_STATE = "_kunlun_triton_fast_launch"  # the kernel's attribute holding its _FastKernel
+MAX_ENTRIES = 256  # per bound launch: a plan cache churning keys costs misses, not memory
 _Tensor, _Parameter = torch.Tensor, torch.nn.Parameter
 _runtime_knobs, _compilation_knobs = _knobs.runtime, _knobs.compilation
 # Triton 3.9 folds this knob into every launch's options (3.8 has none). Its
@@ -72,7 +74,7 @@ class Unkeyed(Exception):
 
 def _run_verified(current) -> bool:
     """Whether `current` (``JITFunction.run`` now) is a launch path
-    `run_kernel` was checked against: its source hashes to one of
+    the fast path was checked against: its source hashes to one of
     `VERIFIED_RUN_SOURCES`. Decided once per function object; a patched
     ``run`` (another Triton, a profiler, `introspect.launches`' stubs at
     run()) is not, and the launch takes it, until the original is back."""
@@ -136,41 +138,21 @@ def _arg_key(value):
     raise Unkeyed
 
 
-_TRUE, _FALSE = object(), object()  # constexpr True / False in a key: apart from 1 / 0 and from any value
-
-
-def _constexpr_key(value):
-    """A constexpr's key part that is not a plain int or bool: its type and
-    value (-0.0 and 0.0 apart, as Triton's string key keeps them)."""
-    return type(value), value.hex() if type(value) is float else value
-
-
-def key_function(kernel, runtime_only: int | None = None):
-    """``key(device, knobs, keywords, *args)`` for `kernel`: one flat tuple,
-    generated from its signature as Triton builds its binder. Two parts per
-    runtime argument: a tensor's dtype and 16-byte alignment inline, an i32
-    other than 1 its class and 16-divisibility inline, anything else
-    `_arg_key` and None (the parts' kinds never mix across positions: a dtype,
-    an int code, a type, a tuple). A constexpr: an int as is, else its type
-    and value (True / False as sentinels). Raises TypeError for another
-    argument count. `runtime_only` (`KernelLaunch`): ``key(device, knobs,
-    *args)`` over that many runtime arguments, the rest of the key fixed."""
-    params = [p.is_constexpr for p in kernel.params] if runtime_only is None else [False] * runtime_only
-    names = [f"a{i}" for i in range(len(params))]
+def key_function(n_args: int):
+    """``key(device, knobs, *args)`` over `n_args` runtime arguments: one
+    flat tuple, generated as Triton builds its binder. Two parts per
+    argument: a tensor's dtype and 16-byte alignment inline, an i32 other
+    than 1 its class and 16-divisibility inline, anything else `_arg_key`
+    and None (the parts' kinds never mix across positions: a dtype, an int
+    code, a type, a tuple). Raises TypeError for another argument count."""
+    names = [f"a{i}" for i in range(n_args)]
     parts = []
-    for name, is_constexpr in zip(names, params):
-        if is_constexpr:
-            parts.append(f"{name} if type({name}) is int else _TRUE if {name} is True else _FALSE if {name} is False "
-                         f"else _constexpr_key({name})")  # 1 and True apart  # fmt: skip
-            continue
+    for name in names:
         parts.append(f"{name}.dtype if type({name}) is _Tensor else (2 | (not {name} & 15)) if type({name}) is int "
                      f"and {name} != 1 and -0x80000000 <= {name} <= 0x7FFFFFFF else _arg_key({name})")  # fmt: skip
         parts.append(f"(not {name}.data_ptr() & 15) if type({name}) is _Tensor else None")
-    keywords = "keywords, " if runtime_only is None else ""
-    source = f"def key(device, knobs, {keywords}{', '.join(names)}):\n    return (device, knobs, {keywords}" \
-             f"{', '.join(parts)})\n"  # fmt: skip
-    namespace = {"_Tensor": _Tensor, "_arg_key": _arg_key, "_constexpr_key": _constexpr_key, "_TRUE": _TRUE,
-                 "_FALSE": _FALSE}  # fmt: skip
+    source = f"def key(device, knobs, {', '.join(names)}):\n    return (device, knobs, {', '.join(parts)})\n"
+    namespace = {"_Tensor": _Tensor, "_arg_key": _arg_key}
     exec(source, namespace)
     return namespace["key"]
 
@@ -212,37 +194,6 @@ def kinds_key_function(args, fallback):
     return namespace["key"]
 
 
-class _FastKernel:
-    """One kernel's fast-path state: whether it may take it at all, its key
-    function, its parameter names, and the CompiledKernels seen, by key."""
-
-    __slots__ = ("off", "key", "param_names", "entries")
-
-    def __init__(self, kernel):
-        self.off = type(kernel) is not _JITFunction  # an interpreted kernel, or another launcher's
-        self.key = None if self.off else key_function(kernel)
-        self.param_names = frozenset(() if self.off else kernel.arg_names)
-        self.entries: dict = {}
-
-
-def _state(kernel) -> _FastKernel:
-    state = _FastKernel(kernel)
-    setattr(kernel, _STATE, state)
-    return state
-
-
-def _miss(state, key, kernel, args, grid, keywords):
-    """Triton's own launch (it compiles if needed), then its CompiledKernel
-    kept under `key` when the fast path may replay it."""
-    compiled = kernel.run(*args, grid=grid, **keywords)
-    entry = compiled_entry(compiled)
-    if entry is not None and not (state.param_names & keywords.keys()):
-        if len(state.entries) >= MAX_ENTRIES:
-            state.entries.clear()
-        state.entries[key] = entry
-    return compiled
-
-
 def fast_environment():
     """``(driver, enter hook, exit hook)`` when launches may take the fast
     path now (a verified ``JITFunction.run``, a driver whose target has
@@ -271,32 +222,6 @@ def globals_changed(kernel) -> bool:
         if globals_dict.get(name, _MISSING) != val:
             return True
     return False
-
-
-def run_kernel(kernel, *args, grid, **keywords):
-    """``kernel.run(*args, grid=grid, **keywords)``, without Triton's binder
-    when this launch's cheap key has been seen (see above)."""
-    state = kernel.__dict__.get(_STATE) or _state(kernel)
-    env = None if state.off or type(grid) is not tuple or keywords.get("warmup", True) is not False \
-        or kernel.pre_run_hooks else fast_environment()  # fmt: skip
-    if env is None:
-        return kernel.run(*args, grid=grid, **keywords)
-    drv, enter, leave = env
-    device = drv.get_current_device()
-    try:
-        key = state.key(device, knob_values(kernel.debug), (*keywords.items(), *map(type, keywords.values())), *args)
-        entry = state.entries.get(key)
-    except (Unkeyed, TypeError):  # an argument not classified, another count, an unhashable value
-        return kernel.run(*args, grid=grid, **keywords)
-    if entry is None:
-        return _miss(state, key, kernel, args, grid, keywords)
-    if kernel.used_global_vals and globals_changed(kernel):
-        return kernel.run(*args, grid=grid, **keywords)
-    n = len(grid)
-    # the launch metadata is read only by launch hooks, and none is set
-    entry[0](grid[0], grid[1] if n > 1 else 1, grid[2] if n > 2 else 1, drv.get_current_stream(device), entry[1],
-             entry[2], None, enter, leave, *args)  # fmt: skip
-    return entry[3]
 
 
 def compiled_entry(compiled):

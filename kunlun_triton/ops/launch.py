@@ -24,7 +24,7 @@ constexprs (`constexpr_args`) and `run_keywords`, and a launcher calls
 which is ``kernel.run(...)`` on a compiled target's first launch of a
 specialisation and afterwards the CompiledKernel's own launcher without
 Triton's binder (the fast path, below); `LaunchSequence` does the same for
-the launches of one call at once. `run_kernel` is the unbound form.
+the launches of one call at once.
 """
 
 from __future__ import annotations
@@ -41,10 +41,9 @@ from .fast_launch import (
     key_function,
     kinds_key_function,
     knob_values,
-    run_kernel,
 )
 
-__all__ = ["KernelLaunch", "LaunchSequence", "constexpr_args", "run_kernel", "run_keywords"]
+__all__ = ["KernelLaunch", "LaunchSequence", "constexpr_args", "run_keywords"]
 
 
 def constexpr_args(kernel, **values) -> tuple:
@@ -78,7 +77,7 @@ def run_keywords(options: dict) -> dict:
 # specialises on only adds misses).
 # Measured stubbed below the binder (build machine, in ratios to a
 # `torch.empty((8, 4096))` timed alongside): rms_norm's launch 2.2 by
-# `run_kernel`, 1.6 by its KernelLaunch; whole calls, batch 8, sample
+# the unbound form (since removed), 1.6 by its KernelLaunch; whole calls, batch 8, sample
 # 16.9 -> 7.2 (its four launches one sequence), extend_attention 9.9 -> 5.8,
 # rms_norm 4.3 -> 3.5 (docs/decode-occupancy.md).
 # ---------------------------------------------------------------------------
@@ -88,7 +87,7 @@ def _first_key(owner, n_args: int, device, knobs, args):
     """The key of a bound launch's first call, after which `owner` keys with
     `kinds_key_function` for that call's argument kinds (a call with another
     count: the generic key, which refuses it with a TypeError)."""
-    generic = key_function(None, n_args)
+    generic = key_function(n_args)
     if len(args) != n_args:
         return generic(device, knobs, *args)
     owner._key = kinds_key_function(args, generic)

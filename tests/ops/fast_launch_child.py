@@ -5,10 +5,11 @@ Triton's own JITFunction.run down to the driver's launch, compiles stood in
 by one stub CompiledKernel per Triton cache key). Prints one JSON line.
 
 The oracle is Triton itself: for every launch, the CompiledKernel the fast
-path (`ops.fast_launch.run_kernel`, and `ops.launch`'s KernelLaunch and
-LaunchSequence) hands the driver must be the one Triton's own
-``kernel.run`` hands it for the same arguments (found under Triton's cache
-key), with the same grid, stream, function, metadata, hooks and arguments.
+path (`ops.launch`'s KernelLaunch and LaunchSequence) hands the driver must
+be the one Triton's own ``kernel.run`` hands it for the same arguments
+(found under Triton's cache key), with the same grid, stream, function,
+metadata, hooks and arguments; and where the fast path must not be taken,
+Triton's binder runs (counted by wrapping it).
 """
 
 from __future__ import annotations
@@ -25,9 +26,8 @@ import triton.language as tl
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kunlun_triton.introspect.launches import _StubDriver, record_launches, stubbed_below_binder
-from kunlun_triton.ops import fast_launch
-from kunlun_triton.ops.launch import KernelLaunch, LaunchSequence, run_kernel, run_keywords
+from kunlun_triton.introspect.launches import _StubDriver, _StubKernel, record_launches, stubbed_below_binder
+from kunlun_triton.ops.launch import KernelLaunch, LaunchSequence, run_keywords
 from kunlun_triton.runtime import Target, targeting
 
 
@@ -43,6 +43,19 @@ def probe_flags_kernel(t0, t1, i0, i1, i2, f0, b0, n0, C0: tl.constexpr, C1: tl.
 
 @triton.jit
 def probe_patched_kernel(t0, i0, C0: tl.constexpr):
+    tl.program_id(0)
+
+
+GLOBAL_WIDTH = tl.constexpr(4)  # read by probe_globals_kernel: Triton refuses a launch once it changed
+
+
+@triton.jit
+def probe_globals_kernel(t0, i0, C0: tl.constexpr):
+    tl.program_id(0) + GLOBAL_WIDTH
+
+
+@triton.jit
+def probe_async_kernel(t0, i0, C0: tl.constexpr):
     tl.program_id(0)
 
 
@@ -106,39 +119,69 @@ def _constexpr_id(value):
     return type(value), repr(value)  # 1 / True / 1.0 and 0.0 / -0.0 apart
 
 
-def check_against_triton(sequence, kernel, bound: dict):
-    """Every launch through run_kernel, through a `KernelLaunch` (one per
-    constexprs and options, kept in `bound` across sequences) and through a
-    two-step `LaunchSequence` (`kernel` on the arguments, then probe_kernel
-    on a permutation of them) hands the driver the CompiledKernels and the
-    arguments Triton's own run() does for the same launches."""
-    swap = operator.itemgetter(1, 0, 3, 2, 4, 5, 6, 7)
+def _binder_calls(counter) -> int:
+    return sum(counter.values())
+
+
+def _flip_alignment(value):
+    """A tensor at the next element offset of its buffer that flips its
+    16-byte alignment; anything else as is."""
+    if not isinstance(value, torch.Tensor):
+        return value
+    offset, per = value.storage_offset(), 16 // value.element_size()
+    return BUFFERS[value.dtype][offset + 1 if offset % per == 0 else offset - offset % per:]
+
+
+def _with_twins(sequence):
+    """Each launch, then (when it has tensors) its twin with every tensor's
+    alignment flipped: a key that drops an alignment meets Triton's key."""
     for runtime, c0, c1, options in sequence:
+        yield runtime, c0, c1, options
+        twin = [_flip_alignment(value) for value in runtime]
+        if any(a is not b for a, b in zip(twin, runtime)):
+            yield twin, c0, c1, options
+
+
+def check_against_triton(sequence, kernel, bound: dict, tally: dict):
+    """Every launch through a `KernelLaunch` (one per constexprs and options,
+    kept in `bound` across sequences) and through a two-step `LaunchSequence`
+    (`kernel` on the arguments, then probe_kernel on a permutation of them)
+    hands the driver the CompiledKernels and the arguments Triton's own run()
+    does for the same launches (each followed by its alignment twin); then
+    the same launches again, last first, so that every one meets keys seen
+    before (hits, counted in `tally` by Triton's binder not running)."""
+    swap = operator.itemgetter(1, 0, 3, 2, 4, 5, 6, 7)
+    counter = tally["binder_counter"]
+    seen = []
+    for runtime, c0, c1, options in _with_twins(sequence):
         args = (*runtime, c0, c1)
         plain, swapped = Recorder(), Recorder()
         with stubbed_below_binder(plain):
             kernel.run(*args, grid=(3, 2), warmup=False, **options)
         with stubbed_below_binder(swapped):
             probe_kernel.run(*swap(runtime), c0, c1, grid=(2,), warmup=False, **options)
-        fast = Recorder()
-        with stubbed_below_binder(fast):
-            run_kernel(kernel, *args, grid=(3, 2), warmup=False, **options)
-        _same_launch(fast.launches, plain.launches, ("run_kernel", args, options))
+        for counted in (kernel,) if kernel is probe_kernel else (kernel, probe_kernel):  # binders exist once launched
+            if not hasattr(counted.device_caches[_StubDriver.DEVICE][4], "original"):
+                count_binders([counted], counter)
         key = (_constexpr_id(c0), _constexpr_id(c1), tuple(sorted(options.items())))
         if key not in bound:
             bind = lambda k: KernelLaunch(k, (c0, c1), run_keywords(options))  # noqa: E731
             bound[key] = (bind(kernel), LaunchSequence([(bind(kernel), (3, 2), None), (bind(probe_kernel), (2,), swap)],
                                                        len(runtime)))  # fmt: skip
-        single, steps = bound[key]
-        fast = Recorder()
+        seen.append((*bound[key], tuple(runtime), plain, swapped, (args, options)))
+    for single, steps, runtime, plain, swapped, what in (*seen, *reversed(seen)):
+        fast, before = Recorder(), _binder_calls(counter)
         with stubbed_below_binder(fast):
             single((3, 2), *runtime)
-        _same_launch(fast.launches, plain.launches, ("KernelLaunch", args, options))
-        fast = Recorder()
+        _same_launch(fast.launches, plain.launches, ("KernelLaunch", *what))
+        tally["single_hits"] += _binder_calls(counter) == before
+        fast, before = Recorder(), _binder_calls(counter)
         with stubbed_below_binder(fast):
-            steps(tuple(runtime))
-        _same_launch(fast.launches[:1], plain.launches, ("LaunchSequence step 1", args, options))
-        _same_launch(fast.launches[1:], swapped.launches, ("LaunchSequence step 2", args, options))
+            steps(runtime)
+        _same_launch(fast.launches[:1], plain.launches, ("LaunchSequence step 1", *what))
+        _same_launch(fast.launches[1:], swapped.launches, ("LaunchSequence step 2", *what))
+        tally["sequence_hits"] += _binder_calls(counter) == before
+        tally["launches"] += 1
 
 
 def oracle(examples: int) -> dict:
@@ -150,70 +193,75 @@ def oracle(examples: int) -> dict:
                   suppress_health_check=list(HealthCheck))  # derandomized under CI, as the suite's "ci" profile
         @given(st.lists(launch_tuple(), min_size=1, max_size=12))
         def holds(sequence):
-            check_against_triton(sequence, kernel, bound)
+            check_against_triton(sequence, kernel, bound, tally)
 
-        bound = {}
+        bound, tally = {}, {"binder_counter": {}, "single_hits": 0, "sequence_hits": 0, "launches": 0}
         try:
             holds()
-            state = kernel.__dict__[fast_launch._STATE]
-            hits = [len(single._entries) + len(steps._entries) for single, steps in bound.values()]
-            out[name] = {"ok": True, "entries": len(state.entries), "bound_entries": sum(hits)}
+            del tally["binder_counter"]
+            out[name] = {"ok": True, **tally,
+                         # Triton cache keys reached, and the most keys one bound object kept
+                         "triton_keys": len(kernel.device_caches[_StubDriver.DEVICE][0]),
+                         "single_entries": max(len(single._entries) for single, _ in bound.values()),
+                         "sequence_entries": max(len(steps._entries) for _, steps in bound.values())}  # fmt: skip
         except Exception:
             out[name] = {"ok": False, "error": traceback.format_exc()[-3000:]}
     return out
 
 
 def changes_after_a_hit() -> dict:
-    """A hit, then a changed alignment / int class: Triton's path (its binder
-    runs) and another CompiledKernel; back to the first arguments: the first
-    CompiledKernel, from the fast path (no binder)."""
+    """Through a KernelLaunch and a one-step LaunchSequence: a miss (Triton's
+    path), a hit (no binder, the same CompiledKernel), then a changed
+    alignment / int class / dtype / None: Triton's path (its binder runs) and
+    another CompiledKernel; back to the first arguments: the first
+    CompiledKernel, from the fast path (no binder). The same again on fresh
+    ones whose first call saw other argument kinds (the last argument None,
+    not an int), so that every later call goes through the generic
+    `key_function` key, not the one specialised to its kinds. Then another
+    constexpr or option, which a bound launch fixes: another KernelLaunch,
+    through Triton to another CompiledKernel, while the first still hits."""
     counter, rec = {}, Recorder()
-    base = BUFFERS[torch.float32]
-    aligned, misaligned = base[0:], base[1:]
-    first = (aligned, aligned, 16, 16, 16, 1.0, True, None, 8, 8)
-    variants = {
-        "alignment": (misaligned, aligned, 16, 16, 16, 1.0, True, None, 8, 8),
-        "divisibility": (aligned, aligned, 17, 16, 16, 1.0, True, None, 8, 8),
-        "one": (aligned, aligned, 1, 16, 16, 1.0, True, None, 8, 8),
-        "i64": (aligned, aligned, 2**31, 16, 16, 1.0, True, None, 8, 8),
-        "dtype": (BUFFERS[torch.bfloat16], aligned, 16, 16, 16, 1.0, True, None, 8, 8),
-        "none": (aligned, aligned, 16, 16, None, 1.0, True, None, 8, 8),
-        "constexpr": (aligned, aligned, 16, 16, 16, 1.0, True, None, 8, 16),
-    }
+    aligned = BUFFERS[torch.float32]
+    first = (aligned, aligned, 16, 16, 16, 1.0, True, 16)
+    variants = {name: (*first[:i], value, *first[i + 1:]) for name, (i, value) in {
+        "alignment": (0, aligned[1:]), "divisibility": (2, 17), "one": (2, 1), "i64": (2, 2**31),
+        "dtype": (0, BUFFERS[torch.bfloat16]), "none": (4, None)}.items()}  # fmt: skip
     result = {}
+
+    def change(first_kernel, launch_changed, launch_first):
+        before = _binder_calls(counter)
+        launch_changed()
+        changed = rec.launches[-1][0]
+        launch_first()
+        return {"binder": _binder_calls(counter) - before, "new": changed is not first_kernel,
+                "triton_key_differs": changed.key != first_kernel.key,
+                "back_to_first": rec.launches[-1][0] is first_kernel}
+
+    def bind():
+        return KernelLaunch(probe_kernel, (8, 8), run_keywords({}))
+
     with stubbed_below_binder(rec):
-        run_kernel(probe_kernel, *first, grid=(1,), warmup=False)
-        count_binders([probe_kernel], counter)
-        run_kernel(probe_kernel, *first, grid=(1,), warmup=False)
-        first_kernel = rec.launches[0][0]
-        result["hit"] = {"binder": counter.get("probe_kernel", 0), "same": rec.launches[1][0] is first_kernel}
-        for name, args in variants.items():
-            before = counter.get("probe_kernel", 0)
-            run_kernel(probe_kernel, *args, grid=(1,), warmup=False)
-            changed = rec.launches[-1][0]
-            run_kernel(probe_kernel, *first, grid=(1,), warmup=False)
-            back = rec.launches[-1][0]
-            result[name] = {"binder": counter.get("probe_kernel", 0) - before, "new": changed is not first_kernel,
-                            "triton_key_differs": changed.key != first_kernel.key,
-                            "back_to_first": back is first_kernel}
-        # the same through a KernelLaunch and a one-step LaunchSequence (their constexprs are fixed)
-        bound = KernelLaunch(probe_kernel, first[-2:], run_keywords({}))
-        steps = LaunchSequence([(KernelLaunch(probe_kernel, first[-2:], run_keywords({})), (1,), None)], 8)
-        for kind, launch_first, launch_args in (("bound", lambda: bound((1,), *first[:-2]), lambda a: bound((1,), *a)),
-                                                ("sequence", lambda: steps(first[:-2]), lambda a: steps(a))):
-            launch_first()  # a hit: the CompiledKernel found above
+        bound = bind()
+        for kind, launch, learn in (("bound", bound, False), ("generic bound", bind(), True),
+                                    ("sequence", LaunchSequence([(bind(), (1,), None)], 8), False),
+                                    ("generic sequence", LaunchSequence([(bind(), (1,), None)], 8), True)):
+            call = (lambda a, launch=launch: launch(a)) if "sequence" in kind else \
+                (lambda a, launch=launch: launch((1,), *a))  # fmt: skip
+            if learn:
+                call((*first[:-1], None))  # its key now specialised to these kinds: the rest take the generic key
+            call(first)  # a miss: Triton's own run() picks the CompiledKernel, which is kept
+            first_kernel = rec.launches[-1][0]
+            count_binders([probe_kernel], counter)
+            before = _binder_calls(counter)
+            call(first)
+            result[f"{kind} hit"] = {"binder": _binder_calls(counter) - before,
+                                     "same": rec.launches[-1][0] is first_kernel}
             for name, args in variants.items():
-                if name == "constexpr":
-                    continue
-                before = counter.get("probe_kernel", 0)
-                launch_args(args[:-2])
-                changed = rec.launches[-1][0]
-                launch_first()
-                back = rec.launches[-1][0]
-                result[f"{kind} {name}"] = {"binder": counter.get("probe_kernel", 0) - before,
-                                            "new": changed is not first_kernel,
-                                            "triton_key_differs": changed.key != first_kernel.key,
-                                            "back_to_first": back is first_kernel}  # fmt: skip
+                result[f"{kind} {name}"] = change(first_kernel, lambda: call(args), lambda: call(first))  # noqa: B023
+        for name, other in (("constexpr", KernelLaunch(probe_kernel, (8, 16), run_keywords({}))),
+                            ("options", KernelLaunch(probe_kernel, (8, 8), run_keywords({"num_warps": 8})))):
+            result[f"bound {name}"] = change(first_kernel, lambda: other((1,), *first),  # noqa: B023
+                                             lambda: bound((1,), *first))
     return result
 
 
@@ -266,46 +314,119 @@ def launch_kernels():
             and obj.fn.__module__.startswith("kunlun_triton.") and _StubDriver.DEVICE in obj.device_caches]
 
 
-def hooks_and_patches() -> dict:
-    """A launch hook set, a pre-run hook, or a patched JITFunction.run: the
-    plain path (Triton's binder runs on every launch)."""
+def _future_compile(self, key, *args, **kwargs):
+    """`stubbed_below_binder`'s compile as async compilation hands it back:
+    Triton's FutureKernel (already resolved, to a stub CompiledKernel), not
+    a CompiledKernel, cached under the key as `_do_compile` does."""
+    from triton.runtime._async_compile import FutureKernel
+
+    future = object.__new__(FutureKernel)  # its constructor differs between Triton 3.8 and 3.9
+    future.kernel, future.future = _StubKernel(key), None
+    self.device_caches[_StubDriver.DEVICE][0][key] = future
+    return future
+
+
+def plain_path() -> dict:
+    """What makes a bound launch (KernelLaunch, LaunchSequence) take Triton's
+    path after its arguments were seen: each entry counts Triton's binder
+    runs (0: the fast path) or says what Triton did instead."""
     from triton import knobs
+    from triton.runtime.jit import JITFunction
 
     counter, rec = {}, Recorder()
-    args = (BUFFER, BUFFER, 16, 16, 16, 1.0, True, None, 8, 8)
+    runtime = (BUFFER, BUFFER, 16, 16, 16, 1.0, True, None)
     out = {}
+
+    def binder_calls(*calls):
+        before = _binder_calls(counter)
+        for call in calls:
+            call()
+        return _binder_calls(counter) - before
+
+    def hook(*_, **__):
+        pass
+
     with stubbed_below_binder(rec):
-        run_kernel(probe_kernel, *args, grid=(1,), warmup=False)
+        bound = KernelLaunch(probe_kernel, (8, 8), run_keywords({}))
+        steps = LaunchSequence([(KernelLaunch(probe_kernel, (8, 8), run_keywords({})), (1,), None)], 8)
+        both = (lambda: bound((1,), *runtime), lambda: steps(runtime))
+        for call in both:
+            call()  # misses: each keeps the CompiledKernel Triton's run() picked
+        first_kernel = rec.launches[-1][0]
         count_binders([probe_kernel], counter)
-
-        def hook(*_, **__):
-            pass
-
-        knobs.runtime.launch_enter_hook.add(hook)
+        out["hit"] = binder_calls(*both)
+        for name in ("launch_enter_hook", "launch_exit_hook"):
+            getattr(knobs.runtime, name).add(hook)
+            try:
+                out[name] = binder_calls(*both)
+            finally:
+                getattr(knobs.runtime, name).remove(hook)
+        # a stage-inspection hook joins Triton's key: Triton compiles another kernel, which both launches use
+        knobs.runtime.add_stages_inspection_hook = lambda: ("kunlun-triton-probe", "probe")
         try:
-            run_kernel(probe_kernel, *args, grid=(1,), warmup=False)
+            n = len(rec.launches)
+            out["stages_inspection_hook"] = [binder_calls(*both),
+                                             all(k is not first_kernel for k, _ in rec.launches[n:])]  # fmt: skip
         finally:
-            knobs.runtime.launch_enter_hook.remove(hook)
-        out["launch_enter_hook"] = counter.get("probe_kernel", 0)
+            knobs.runtime.add_stages_inspection_hook = None
         probe_kernel.add_pre_run_hook(hook)
         try:
-            run_kernel(probe_kernel, *args, grid=(1,), warmup=False)
+            out["pre_run_hook"] = binder_calls(*both)
         finally:
             probe_kernel.pre_run_hooks.remove(hook)
-        out["pre_run_hook"] = counter.get("probe_kernel", 0) - out["launch_enter_hook"]
-        before = counter.get("probe_kernel", 0)
-        run_kernel(probe_kernel, *args, grid=(1,), warmup=False)
-        out["after_hooks_removed"] = counter.get("probe_kernel", 0) - before
-        before = counter.get("probe_kernel", 0)
-        run_kernel(probe_kernel, *args, grid=lambda meta: (1,), warmup=False)
-        out["callable_grid"] = counter.get("probe_kernel", 0) - before
-    # first seen while JITFunction.run is patched (a stub at run()): plain then, fast once it is back
-    stubbed = record_launches(lambda: run_kernel(probe_patched_kernel, BUFFER, 16, 4, grid=(1,), warmup=False))
+        out["after_hooks_removed"] = binder_calls(*both)
+        out["callable_grid"] = binder_calls(lambda: bound(lambda meta: (1,), *runtime))
+        gridded = LaunchSequence([(KernelLaunch(probe_kernel, (8, 8), run_keywords({})), lambda meta: (1,), None)], 8)
+        out["sequence_callable_grid"] = [gridded._off, binder_calls(lambda: gridded(runtime), lambda: gridded(runtime))]
+        # launch keywords naming a parameter (C1), or without warmup=False: off for good, Triton's path every call
+        named = KernelLaunch(probe_kernel, (8,), {"warmup": False, "C1": 8})
+        out["keyword_parameter"] = [named.fast_path_allowed, binder_calls(*[lambda: named((1,), *runtime)] * 2),
+                                    rec.launches[-1][0] is first_kernel]  # fmt: skip
+        warm = KernelLaunch(probe_kernel, (8, 8), {"warmup": True})
+        n = len(rec.launches)
+        out["warmup"] = [warm.fast_path_allowed, binder_calls(*[lambda: warm((1,), *runtime)] * 2),
+                         len(rec.launches) - n]  # fmt: skip
+        # a global the kernel reads, changed after a hit: Triton's check refuses the launch; restored: hits again
+        gl_bound = KernelLaunch(probe_globals_kernel, (4,), run_keywords({}))
+        gl_steps = LaunchSequence([(KernelLaunch(probe_globals_kernel, (4,), run_keywords({})), (1,), None)], 2)
+        gl_both = (lambda: gl_bound((1,), BUFFER, 16), lambda: gl_steps((BUFFER, 16)))
+        for call in gl_both:
+            call()
+        probe_globals_kernel.cache_key  # noqa: B018  a real compile hashes the source: that records its globals
+        count_binders([probe_globals_kernel], counter)
+        raised = []
+        globals()["GLOBAL_WIDTH"] = tl.constexpr(8)
+        try:
+            for call in gl_both:
+                try:
+                    call()
+                    raised.append(False)
+                except RuntimeError as error:
+                    raised.append("GLOBAL_WIDTH" in str(error))
+        finally:
+            globals()["GLOBAL_WIDTH"] = tl.constexpr(4)
+        out["used_global_changed"] = [*raised, binder_calls(*gl_both)]
+        # async compilation: Triton hands back a FutureKernel, which is launched but never kept
+        saved = JITFunction.__dict__["_do_compile"]
+        JITFunction._do_compile = _future_compile
+        try:
+            future = KernelLaunch(probe_async_kernel, (4,), run_keywords({}))
+            returned = future((1,), BUFFER, 16)
+            count_binders([probe_async_kernel], counter)
+            n = len(rec.launches)
+            out["async_compile"] = [type(returned).__name__, binder_calls(*[lambda: future((1,), BUFFER, 16)] * 2),
+                                    len(rec.launches) - n]  # fmt: skip
+        finally:
+            JITFunction._do_compile = saved
+    # first seen while JITFunction.run is patched (a stub at run()): Triton's (patched) run, fast once it is back
+    patched = KernelLaunch(probe_patched_kernel, (4,), run_keywords({}))
+    stubbed = record_launches(lambda: patched((1,), BUFFER, 16))
     with stubbed_below_binder(rec):
-        run_kernel(probe_patched_kernel, BUFFER, 16, 4, grid=(1,), warmup=False)
+        patched((1,), BUFFER, 16)
         count_binders([probe_patched_kernel], counter)
-        run_kernel(probe_patched_kernel, BUFFER, 16, 4, grid=(1,), warmup=False)
-    out["patched_run_then_original"] = [len(stubbed), counter.get("probe_patched_kernel", 0)]
+        kept = binder_calls(lambda: patched((1,), BUFFER, 16))
+    # and patched again after a hit: the patched run() sees the launch
+    out["patched_run"] = [len(stubbed), kept, len(record_launches(lambda: patched((1,), BUFFER, 16)))]
     return out
 
 
@@ -313,7 +434,7 @@ def main() -> None:
     examples = int(sys.argv[1]) if len(sys.argv) > 1 else 100
     with targeting(Target("cuda", "sm_90", "cpu", "test")):
         result = {"oracle": oracle(examples), "changes": changes_after_a_hit(), "ops": op_launches(),
-                  "plain_path": hooks_and_patches()}
+                  "plain_path": plain_path()}
     print(json.dumps(result))
 
 

@@ -4,22 +4,27 @@ returned for it, through that kernel's own launcher, without Triton's binder.
 
 Held to Triton itself, in a child without TRITON_INTERPRET (compiled-mode
 kernels, the driver stubbed below the binder, one stub CompiledKernel per
-Triton cache key; tests/ops/fast_launch_child.py):
+Triton cache key; tests/ops/fast_launch_child.py), through `KernelLaunch`
+(a kernel bound to its constexprs and options, keyed on its runtime
+arguments) and `LaunchSequence` (launches keyed once over the tuple they
+pick from), which the ops launch through:
 (a) hypothesis over tensors at every element offset and dtype, ints at the
     binder's boundaries (1, 16-divisibility, i32 / i64 / u64), None, floats,
     bools, constexprs (1 / True / 1.0, 0.0 / -0.0) and options, in sequences
-    so that later launches hit earlier keys: each launch hands the driver the
-    CompiledKernel Triton's own run() picks (its cache key) and the same
-    arguments, also with do_not_specialize(_on_alignment) parameters;
+    replayed last first so that launches hit earlier keys: each launch hands
+    the driver the CompiledKernel Triton's own run() picks (its cache key)
+    and the same arguments, also with do_not_specialize(_on_alignment)
+    parameters;
 (b) for real ops, a second call (every launch a hit, no binder) hands the
     driver exactly what the first (Triton's run()) did;
-(c) a changed alignment, int class, dtype, None or constexpr after a hit goes
-    through Triton (its binder) to another CompiledKernel, and the first
-    arguments come back to the first CompiledKernel;
-(d) interpreted kernels never take it (the rest of the suite runs them).
-(a) and (b) hold for `KernelLaunch` (a kernel bound to its constexprs and
-options, keyed on its runtime arguments) and `LaunchSequence` (launches
-keyed once over the tuple they pick from), which the ops launch through.
+(c) a changed alignment, int class, dtype or None after a hit goes through
+    Triton (its binder) to another CompiledKernel, and the first arguments
+    come back to the first CompiledKernel; another constexpr or option is
+    another bound launch, which Triton serves;
+(d) launch or stage-inspection hooks, pre-run hooks, callable grids,
+    keywords naming parameters, warmup, a changed global, async
+    compilation and a patched ``JITFunction.run`` take Triton's path;
+(e) interpreted kernels never take it (the rest of the suite runs them).
 Marked `lowering` so the sglang stage checks it again on SGLang's Triton
 (3.8): the fast path mirrors each verified Triton's JITFunction.run.
 """
@@ -54,19 +59,24 @@ def child():
 def test_fast_path_launches_the_compiled_kernel_triton_picks(child, kernel):
     result = child["oracle"][kernel]
     assert result["ok"], result.get("error")
-    assert result["entries"] > 1  # the sequences reached several specialisations
-    assert result["bound_entries"] > 1  # and through KernelLaunch / LaunchSequence
+    assert result["triton_keys"] > 1  # the sequences reached several specialisations
+    # one bound launch kept several, and the replays took the fast path: the oracle saw hits, not only misses
+    assert result["single_entries"] > 1 and result["sequence_entries"] > 1, result
+    assert result["single_hits"] > result["launches"] // 4 and result["sequence_hits"] > result["launches"] // 4, result
 
 
-def test_a_hit_skips_the_binder(child):
-    assert child["changes"]["hit"] == {"binder": 0, "same": True}
+KINDS = ["bound", "sequence", "generic bound", "generic sequence"]  # generic: keyed by key_function's fallback
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_hit_skips_the_binder(child, kind):
+    assert child["changes"][f"{kind} hit"] == {"binder": 0, "same": True}
 
 
 CHANGES = ["alignment", "divisibility", "one", "i64", "dtype", "none"]
 
 
-@pytest.mark.parametrize("change", [*CHANGES, "constexpr", *(f"bound {c}" for c in CHANGES),
-                                    *(f"sequence {c}" for c in CHANGES)])  # fmt: skip
+@pytest.mark.parametrize("change", [*(f"{k} {c}" for k in KINDS for c in CHANGES), "bound constexpr", "bound options"])
 def test_a_changed_specialisation_goes_back_to_triton(child, change):
     result = child["changes"][change]
     assert result == {"binder": 1, "new": True, "triton_key_differs": True, "back_to_first": True}, result
@@ -84,9 +94,23 @@ def test_op_launches_hand_the_driver_what_triton_does(child, op):
     assert result["binder_calls"] == 0, result  # every launch of the second call took the fast path
 
 
-def test_hooks_and_callable_grids_take_triton_path(child):
-    assert child["plain_path"] == {"launch_enter_hook": 1, "pre_run_hook": 1, "after_hooks_removed": 0,
-                                   "callable_grid": 1, "patched_run_then_original": [1, 0]}  # fmt: skip
+PLAIN_PATH = {
+    "hit": 0,  # the KernelLaunch and the LaunchSequence below: both hit, no binder
+    "launch_enter_hook": 2, "launch_exit_hook": 2, "pre_run_hook": 2,
+    "stages_inspection_hook": [2, True],  # Triton's key takes the hook: another kernel, which both launch
+    "after_hooks_removed": 0,
+    "callable_grid": 1, "sequence_callable_grid": [True, 2],
+    "keyword_parameter": [False, 2, True],  # off for good; Triton serves the kernel the positional launch got
+    "warmup": [False, 2, 0],  # Triton compiles (its binder runs), nothing launched
+    "used_global_changed": [True, True, 0],  # Triton's own refusal, from both; restored: hits again
+    "async_compile": ["FutureKernel", 2, 2],  # launched, never kept
+    "patched_run": [1, 0, 1],  # patched: its run() sees it; then original: kept; patched again: seen again
+}
+
+
+@pytest.mark.parametrize("situation", sorted(PLAIN_PATH))
+def test_bound_launches_take_triton_path_when_they_must(child, situation):
+    assert child["plain_path"][situation] == PLAIN_PATH[situation]
 
 
 def test_interpreted_kernels_never_take_the_fast_path():
