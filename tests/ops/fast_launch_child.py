@@ -305,6 +305,45 @@ def op_launches() -> dict:
     return out
 
 
+def grids_per_call() -> dict:
+    """A `LaunchSequence` hit on grids sized per call: fused_experts' decode
+    at batch 10, then 12 (one plan, the same argument classes, so one key, but
+    other block counts): the second call, a hit on the first's entries,
+    hands the driver what Triton's path hands it for that call (recorded
+    with ``JITFunction.run`` patched, which the fast path never takes)."""
+    from triton.runtime.jit import JITFunction
+
+    from kunlun_triton.ops.spec import all_specs
+    from kunlun_triton.tools.inspect_kernels import op_shape
+    from kunlun_triton.tools.presets import DEFAULT_PRESET, MODEL_PRESETS
+
+    spec = all_specs()["fused_experts"]
+    calls = {}
+    for batch in (10, 12):
+        case = spec.make_case(op_shape(spec, MODEL_PRESETS[DEFAULT_PRESET], batch, None, None), torch.bfloat16, "cpu")
+        calls[batch] = case.call or (lambda case=case: case.run(None))
+    counter, first, fast, plain = {}, Recorder(), Recorder(), Recorder()
+    with stubbed_below_binder(first):
+        calls[10]()  # Triton's path; its CompiledKernels kept under its key, with its grids
+    with stubbed_below_binder(fast):
+        count_binders(launch_kernels(), counter)
+        calls[12]()  # a hit: batch 10's entries, batch 12's grids
+    binder_calls = _binder_calls(counter)
+    original = JITFunction.run
+    JITFunction.run = lambda self, *args, **kwargs: original(self, *args, **kwargs)
+    try:
+        with stubbed_below_binder(plain):
+            calls[12]()
+    finally:
+        JITFunction.run = original
+    same = len(plain.launches) == len(fast.launches) and all(
+        pk is fk and len(pa) == len(fa) and all(a is b or _normal(a) == _normal(b) for a, b in zip(pa, fa))
+        for (pk, pa), (fk, fa) in zip(plain.launches, fast.launches))
+    grids = [[args[:3] for _, args in rec.launches] for rec in (first, plain)]
+    return {"launches": len(fast.launches), "binder_calls": binder_calls, "same": same,
+            "grids_differ": grids[0] != grids[1]}  # fmt: skip
+
+
 def launch_kernels():
     """Every JIT kernel of kunlun_triton with a Triton cache on the stub
     device (launched at least once there)."""
@@ -433,7 +472,7 @@ def plain_path() -> dict:
 def main() -> None:
     examples = int(sys.argv[1]) if len(sys.argv) > 1 else 100
     with targeting(Target("cuda", "sm_90", "cpu", "test")):
-        result = {"oracle": oracle(examples), "changes": changes_after_a_hit(), "ops": op_launches(),
+        result = {"oracle": oracle(examples), "changes": changes_after_a_hit(), "ops": op_launches(), "grids_per_call": grids_per_call(),
                   "plain_path": plain_path()}
     print(json.dumps(result))
 

@@ -94,6 +94,13 @@ def test_op_launches_hand_the_driver_what_triton_does(child, op):
     assert result["binder_calls"] == 0, result  # every launch of the second call took the fast path
 
 
+def test_a_sequence_hit_launches_on_this_calls_grids(child):
+    result = child["grids_per_call"]
+    assert result["grids_differ"], result  # the two calls' grids are not the same
+    assert result["launches"] == 4 and result["binder_calls"] == 0, result  # one key for both calls: a hit
+    assert result["same"], result  # and on the second call's grids, as Triton's path launches
+
+
 PLAIN_PATH = {
     "hit": 0,  # the KernelLaunch and the LaunchSequence below: both hit, no binder
     "launch_enter_hook": 2, "launch_exit_hook": 2, "pre_run_hook": 2,
