@@ -195,7 +195,9 @@ class LaunchSequence:
                 run(g0, g1, g2, stream, function, metadata, None, enter, leave,
                     *(args if pick is None else pick(args)), *constexprs)  # fmt: skip
             return
-        for (run, _, _, _, function, metadata, pick, constexprs), (g0, g1, g2) in zip(entries, grids, strict=True):
+        if len(grids) != len(entries):  # before any launch: a failed call launches nothing
+            raise TypeError(f"LaunchSequence: {len(entries)} steps need a grid each, got {grids}")
+        for (run, _, _, _, function, metadata, pick, constexprs), (g0, g1, g2) in zip(entries, grids):
             run(g0, g1, g2, stream, function, metadata, None, enter, leave,
                 *(args if pick is None else pick(args)), *constexprs)  # fmt: skip
 
