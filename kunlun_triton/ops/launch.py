@@ -70,16 +70,17 @@ def run_keywords(options: dict) -> dict:
 # launch options for a shape class; `KernelLaunch` holds them with the
 # CompiledKernels seen, so its key covers only the runtime arguments (and the
 # device and knobs), and `LaunchSequence` keys the launches of one op call
-# (sampling's) once, over the tuple of arguments they pick from, checking the
-# environment once. Equal keys still imply Triton's own keys for every
+# (sampling's, fused_experts' decode) once, over the tuple of arguments they
+# pick from, checking the environment once. Equal keys still imply Triton's own keys for every
 # launch: each launch's constexprs and options are its object's, and its
 # runtime arguments a fixed pick of the keyed tuple (keying a value no launch
 # specialises on only adds misses).
 # Measured stubbed below the binder (build machine, in ratios to a
-# `torch.empty((8, 4096))` timed alongside): rms_norm's launch 2.2 by
-# the unbound form (since removed), 1.6 by its KernelLaunch; whole calls, batch 8, sample
-# 16.9 -> 7.2 (its four launches one sequence), extend_attention 9.9 -> 5.8,
-# rms_norm 4.3 -> 3.5 (docs/decode-occupancy.md).
+# `torch.empty((8, 4096))` timed alongside): rms_norm's launch 2.2 by the
+# unbound form (since removed), 1.6 by its KernelLaunch; whole calls, batch
+# 8, sample 16.9 -> 7.2 (its four launches one sequence), extend_attention
+# 9.9 -> 5.8, rms_norm 4.3 -> 3.5, fused_experts 10.4 -> 7.9 (its decode's
+# four launches one sequence, grids per call) (docs/decode-occupancy.md).
 # ---------------------------------------------------------------------------
 
 
