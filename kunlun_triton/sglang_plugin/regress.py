@@ -191,7 +191,11 @@ def start_engine(model_path: str, dtype: str, tp_size: int = 1, **kwargs):
     os.environ.setdefault("SGLANG_CUDA_COREDUMP_BEFORE_CRASH_WAIT_SECS", "0")
     import sglang
 
-    options = dict(max_total_tokens=8192, max_running_requests=8, random_seed=0, log_level="error")
+    # watchdog_timeout: under the Triton interpreter a ~1500-token prompt's
+    # bf16 prefill outlasts SGLang's 300 s watchdog, which then SIGQUITs the
+    # caller with no report (the full regression form on 2 cores, 2026-12-03).
+    options = dict(max_total_tokens=8192, max_running_requests=8, random_seed=0, log_level="error",
+                   watchdog_timeout=3600)  # fmt: skip
     return sglang.Engine(model_path=model_path, dtype=dtype, tp_size=tp_size, **{**options, **kwargs})
 
 
