@@ -61,6 +61,9 @@ def collect_tasks(names, preset_name: str, args) -> list[TuneTask]:
     quick = bool(getattr(args, "quick", False))
     unused = unused_shape_keys(chosen, MODEL_PRESETS[preset_name], quick, shapes,
                                lambda s: s.tune_shapes or s.bench_shapes)
+    refusal = _untunable_message(chosen, MODEL_PRESETS[preset_name], quick, unused)
+    if refusal:
+        raise ValueError(refusal)
     if unused:
         raise ValueError(unused_keys_message(unused, quick))
     tasks, seen = [], set()
@@ -71,6 +74,21 @@ def collect_tasks(names, preset_name: str, args) -> list[TuneTask]:
                 seen.add(key)
                 tasks.append(task)
     return tasks
+
+
+def _untunable_message(chosen, preset, quick: bool, unused: list[str]) -> str:
+    """Why ``--shape`` keys the ops' bench shapes have but their tune shapes
+    leave out (kv_dtype, custom_mask) are refused, or "": no config lookup
+    tells their values apart, so a config tuned at one would serve all."""
+    keys = [k for k in unused if k not in PRESET_FIELDS]
+    ops = [s for s in chosen if any(k in shape for k in keys for shape in s.bench_shapes(preset, quick))]
+    if not ops:
+        return ""
+    keys = [k for k in keys if any(k in shape for s in ops for shape in s.bench_shapes(preset, quick))]
+    looked_up = "; ".join(f"{s.name} by {', '.join(s.lookup_dims)}" for s in ops)
+    return (f"--shape {', '.join(f'{k}=...' for k in keys)}: configs are looked up by ({looked_up}), which no "
+            f"value of it changes, so a config tuned at one value would serve them all; tune without it "
+            f"(bench and inspect measure it)")  # fmt: skip
 
 
 def tune_task(task: TuneTask, warmup: int, repeat: int) -> dict:

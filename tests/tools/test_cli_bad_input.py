@@ -125,6 +125,20 @@ def test_quick_with_a_preset_field_it_never_reads():
     _refused(_cli("bench", "norm", "--quick", "--list", "--shape", "rows=-3"), "rows")
 
 
+def test_tune_refuses_a_key_no_config_lookup_tells_apart(tmp_path):
+    """kv_dtype and custom_mask are in the attention ops' bench shapes, not in
+    their config lookups: a config tuned on an fp8 pool would serve the bf16
+    pool too, so tune refuses them (naming what configs are looked up by) and
+    writes nothing; bench still measures them."""
+    for argv, named in ((["store_kv", "--shape", "kv_dtype=fp8_e4m3"], ("kv_dtype", "row_width, tokens")),
+                        (["attention", "--shape", "kv_dtype=fp8_e5m2"], ("kv_dtype", "decode_attention by head_dim")),
+                        (["extend_attention", "--shape", "custom_mask=true"], ("custom_mask", "head_dim, group"))):
+        _refused(_cli("tune", *argv, "--quick", "--output-dir", str(tmp_path)), *named)
+    assert not list(tmp_path.iterdir())
+    rc, out, _ = _cli("bench", "store_kv", "--quick", "--list", "--shape", "kv_dtype=fp8_e4m3")
+    assert rc == 0 and "fp8_e4m3" in out
+
+
 # ------------------------------------------------------------ flags the mode ignores
 
 

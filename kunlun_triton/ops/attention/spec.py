@@ -329,6 +329,13 @@ def extend_keep(candidate, shape) -> bool:
     return candidate["BLOCK_M"] * candidate["BLOCK_N"] * block_d <= SUM_TILE_CAP
 
 
+def store_kv_tune_shapes(preset, quick):
+    """store_kv's bench shapes at the model dtype's pool: its configs are
+    looked up by (row_width, tokens), which no kv_dtype tells apart (tune
+    refuses ``--shape kv_dtype``; bench and inspect measure fp8 pools)."""
+    return [{k: v for k, v in shape.items() if k != "kv_dtype"} for shape in store_kv_shapes(preset, quick)]
+
+
 def decode_tune_shapes(preset, quick):
     return [{"batch": b, "context_len": 64 if quick else 4096, **_heads(preset, quick)}
             for b in ([2] if quick else [1, 8, 32, 64])]  # fmt: skip
@@ -362,7 +369,8 @@ def store_kv_generation_shapes(preset, max_context: int, max_batch: int, step: i
 
 SPECS = [
     OpSpec("store_kv", "attention", store_kv_case, (({"tokens": 5, "kv_heads": 2, "head_dim": 64}, torch.float16),),
-           store_kv_shapes, bench_dtype=torch.float16, tune_candidates=store_kv_candidates, x_axis="tokens",
+           store_kv_shapes, bench_dtype=torch.float16, tune_candidates=store_kv_candidates,
+           tune_shapes=store_kv_tune_shapes, x_axis="tokens",
            kernels=store_kv_kernels, config_keys={"TOKENS_PER_PROGRAM": TILE, "MAX_BLOCK_C": TILE},
            function=store_kv, lookup_dims=("row_width", "tokens"), generation_shapes=store_kv_generation_shapes,
            graph_capture=True),
