@@ -197,8 +197,10 @@ def inspect_ops(names, target: Target, preset, dtype, batch=None, context=None, 
                     **({"sglang": sg[name](shape, dtype)} if name in sg else {}),
                 }
         if compilations and name in generation_ops():
+            # --shape keys a generation's shapes leave out (kv_dtype) hold for the whole generation
+            fixed = {k: shape[k] for k in (overrides or {}) if k in shape}
             extras["compilations"] = generation_compilations(name, specs[name], target, preset, dtype,
-                                                             sglang.get(name))  # fmt: skip
+                                                             sglang.get(name), fixed)  # fmt: skip
         if launcher_us:
             sglang_call = _baselines("launcher_baselines").get(name) if compare else None
             extras["launcher_us"] = launcher_overhead(name, specs[name], target, shape, dtype, sglang_call)
@@ -207,14 +209,19 @@ def inspect_ops(names, target: Target, preset, dtype, batch=None, context=None, 
     return report
 
 
-def generation_compilations(name, spec, target, preset, dtype, sglang_plan=None) -> dict:
+def generation_compilations(name, spec, target, preset, dtype, sglang_plan=None, fixed=None) -> dict:
+    """Compilations over a generation of `preset`; `fixed`: shape keys the
+    generation's shapes do not vary (``kv_dtype``), added to each."""
     from .compilations import count_compilations, generation_shapes
+
+    def shapes():
+        return ({**{k: v for k, v in (fixed or {}).items() if k not in s}, **s} for s in generation_shapes(name, preset))
 
     out = {}
     with targeting(target):
-        out["ours"] = count_compilations(lambda s, d: spec.kernels(s, d, None), generation_shapes(name, preset), dtype)
-        if sglang_plan is not None:
-            out["sglang"] = count_compilations(sglang_plan, generation_shapes(name, preset), dtype)
+        out["ours"] = count_compilations(lambda s, d: spec.kernels(s, d, None), shapes(), dtype)
+        if sglang_plan is not None:  # SGLang's plans read no kv_dtype (docs/fp8-kv-cache.md)
+            out["sglang"] = count_compilations(sglang_plan, shapes(), dtype)
     return out
 
 

@@ -111,6 +111,29 @@ def test_inspect_compiles_the_fp8_decode(tmp_path, capsys):
     assert fp8["spill_bytes"] == 0 and fp8["sass_loop"] > bf16["sass_loop"] > 0
 
 
+def test_inspect_counts_the_fp8_pools_compilations(tmp_path, capsys, monkeypatch):
+    """--compilations with ``--shape kv_dtype=fp8_e5m2`` plans every shape of
+    the generation with the fp8 pool (generation shapes carry no kv_dtype of
+    their own): each kernel that reads or writes the pool is planned with
+    the e5m2 format (KV_FORMAT 2), none with the model dtype's (0)."""
+    from kunlun_triton.tools import compilations
+
+    formats, count = set(), compilations.count_compilations
+
+    def spy(plan, shapes, dtype):
+        def planned(shape, dtype):
+            specs = plan(shape, dtype)
+            formats.update(s.constexprs["KV_FORMAT"] for s in specs if "KV_FORMAT" in s.constexprs)
+            return specs
+        return count(planned, shapes, dtype)
+
+    monkeypatch.setattr(compilations, "count_compilations", spy)
+    report = _report(tmp_path, capsys, ["store_kv", "decode_attention", "--target", "cuda:sm_90", "--no-compile",
+                                        "--compilations", "--shape", "kv_dtype=fp8_e5m2"])  # fmt: skip
+    assert formats == {2}, formats
+    assert all(report["ops"][op]["compilations"]["ours"] for op in ("store_kv", "decode_attention"))
+
+
 def test_inspect_times_the_fp8_launchers(tmp_path):
     """--launcher-us builds each op's case with the fp8 pool (store_kv
     writes into it, decode reads it with its scales) and times its launcher,
