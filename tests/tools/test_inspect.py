@@ -101,13 +101,14 @@ def test_inspect_kv_dtype_moves_the_fp8_pool(tmp_path, capsys):
 
 def test_inspect_compiles_the_fp8_decode(tmp_path, capsys):
     """The fp8 pool reaches the compiled kernels: sm_90 machine code of
-    decode's stage 1 with the e5m2 decode (KV_FORMAT 2), no spills, its
-    main loop longer than the bf16 pool's by the decode of the tile."""
+    decode's stage 1 reading e5m2 with sm_90's own conversion (KV_FORMAT 4),
+    no spills, its main loop longer than the bf16 pool's by the conversion
+    of the tile."""
     argv = ["decode_attention", "--target", "cuda:sm_90", "--batch", "4", "--context", "300"]
     rows = {kv: {k["kernel"]: k for k in _report(tmp_path, capsys, [*argv, "--shape", f"kv_dtype={kv}"])["kernels"]}
             for kv in ("auto", "fp8_e5m2")}  # fmt: skip
     fp8, bf16 = rows["fp8_e5m2"]["decode_partial_kernel"], rows["auto"]["decode_partial_kernel"]
-    assert (fp8["constexprs"]["KV_FORMAT"], bf16["constexprs"]["KV_FORMAT"]) == (2, 0)
+    assert (fp8["constexprs"]["KV_FORMAT"], bf16["constexprs"]["KV_FORMAT"]) == (4, 0)
     assert fp8["spill_bytes"] == 0 and fp8["sass_loop"] > bf16["sass_loop"] > 0
 
 
@@ -115,7 +116,8 @@ def test_inspect_counts_the_fp8_pools_compilations(tmp_path, capsys, monkeypatch
     """--compilations with ``--shape kv_dtype=fp8_e5m2`` plans every shape of
     the generation with the fp8 pool (generation shapes carry no kv_dtype of
     their own): each kernel that reads or writes the pool is planned with
-    the e5m2 format (KV_FORMAT 2), none with the model dtype's (0)."""
+    e5m2 (store_kv's codec, KV_FORMAT 2; decode with sm_90's conversion, 4),
+    none with the model dtype's (0)."""
     from kunlun_triton.tools import compilations
 
     formats, count = set(), compilations.count_compilations
@@ -123,14 +125,14 @@ def test_inspect_counts_the_fp8_pools_compilations(tmp_path, capsys, monkeypatch
     def spy(plan, shapes, dtype):
         def planned(shape, dtype):
             specs = plan(shape, dtype)
-            formats.update(s.constexprs["KV_FORMAT"] for s in specs if "KV_FORMAT" in s.constexprs)
+            formats.update((s.name, s.constexprs["KV_FORMAT"]) for s in specs if "KV_FORMAT" in s.constexprs)
             return specs
         return count(planned, shapes, dtype)
 
     monkeypatch.setattr(compilations, "count_compilations", spy)
     report = _report(tmp_path, capsys, ["store_kv", "decode_attention", "--target", "cuda:sm_90", "--no-compile",
                                         "--compilations", "--shape", "kv_dtype=fp8_e5m2"])  # fmt: skip
-    assert formats == {2}, formats
+    assert formats == {("store_kv_kernel", 2), ("decode_partial_kernel", 4)}, formats
     assert all(report["ops"][op]["compilations"]["ours"] for op in ("store_kv", "decode_attention"))
 
 

@@ -4,7 +4,13 @@ A KV pool in ``torch.float8_e4m3fn`` or ``torch.float8_e5m2`` (SGLang's
 ``--kv-cache-dtype fp8_e4m3 | fp8_e5m2``) is handed to the kernels as its
 bytes (a ``uint8`` view); `KV_FORMAT` (a constexpr: 0 = the pool is in the
 compute dtype, 1 = e4m3fn, 2 = e5m2) picks the codec at compile time, so
-the bf16/fp16 kernels compile exactly as before.
+the bf16/fp16 kernels compile exactly as before. Where the target converts
+fp8 itself (`runtime.capabilities.native_fp8`: CUDA sm_89+) the attention
+plans read with `NATIVE_E4M3` / `NATIVE_E5M2` instead: the loaded bytes
+bitcast to Triton's fp8 type and cast, exact as the codec (DESIGN.md:
+"identical results"): sm_90 decode e4m3 867 -> 432 instructions per 32-key
+tile (SGLang's, an fp8 x fp8 dot of q cast to fp8: 389), extend 1121 -> 642
+(SGLang 736); store_kv keeps the codec's encoding (torch's rounding rules).
 
 Decode (byte b -> fp32, exact), through an fp16 made of the byte's bits and
 one fp16 -> fp32 conversion (exact, subnormals included, on every target):
@@ -33,12 +39,19 @@ import triton.language as tl
 from ...runtime import FLOAT_DTYPES
 
 FP8_FORMATS = {torch.float8_e4m3fn: 1, torch.float8_e5m2: 2}  # KV_FORMAT constexpr; 0: not fp8
+NATIVE_E4M3, NATIVE_E5M2 = 3, 4  # KV_FORMAT: the same bytes, converted by the target (`read_format`)
 KV_POOL_DTYPES = FLOAT_DTYPES + tuple(FP8_FORMATS)
 
 
 def kv_format(dtype) -> int:
     """The KV_FORMAT constexpr of a pool dtype (0 for the compute dtypes)."""
     return FP8_FORMATS.get(dtype, 0)
+
+
+def read_format(fmt: int, native: bool) -> int:
+    """The KV_FORMAT attention reads a pool of format `fmt` with: the
+    target's own conversion where it has one (`native`), else the codec."""
+    return fmt + 2 if fmt and native else fmt
 
 
 def kernel_view(buffer: torch.Tensor) -> torch.Tensor:
@@ -96,9 +109,9 @@ def fp8_unit(scale, KV_FORMAT: tl.constexpr, RUN_TIME: tl.constexpr):
     transposed K tile, then converted in registers; sm_90 MLA extend 61
     instructions a key against 89)."""
     if RUN_TIME:
-        return scale * 0.0 + (1.0 if KV_FORMAT == 2 else 256.0)
+        return scale * 0.0 + (256.0 if KV_FORMAT == 1 else 1.0)
     else:
-        return 1.0 if KV_FORMAT == 2 else 256.0
+        return 256.0 if KV_FORMAT == 1 else 1.0
 
 
 @triton.jit
@@ -116,6 +129,14 @@ def kv_values(raw, unit, like, KV_FORMAT: tl.constexpr, NAN_ARITH: tl.constexpr,
     values a tile instead of [N, D]."""
     if KV_FORMAT == 0:
         return raw
+    elif KV_FORMAT >= 3:  # NATIVE_E4M3 / NATIVE_E5M2: the target's conversion, exact, no unit
+        fp8 = raw.to(tl.float8e4nv if KV_FORMAT == 3 else tl.float8e5, bitcast=True)
+        if USE_DOT and not DOT_FP32:
+            # through fp16 (exact): sm_90 decode e4m3 432 instructions a 32-key tile, 126 registers;
+            # fp8 -> bf16 directly 442 and 8 bytes spilled at 128 (Triton 3.9)
+            return fp8.to(tl.float16).to(like.dtype)
+        else:
+            return fp8.to(tl.float32)
     else:
         x = fp8_half(raw, KV_FORMAT, NAN_ARITH).to(tl.float32) * unit
         if USE_DOT and not DOT_FP32:

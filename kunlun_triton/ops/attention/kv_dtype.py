@@ -43,6 +43,14 @@ def kv_scales(shape: dict) -> dict:
     return {**CASE_SCALES, "v_scale": CASE_SCALES["k_scale"]} if latent else dict(CASE_SCALES)
 
 
+def pool_scales(k_buffer, v_buffer) -> dict:
+    """`kv_scales` of a case's pool (its fp8 dtype says the case quantized
+    it): what another implementation given the case's buffers must pass."""
+    if k_buffer.dtype not in KV_DTYPES.values():
+        return {}
+    return kv_scales({"kv_dtype": "fp8", "head_dim": k_buffer.shape[-1], "v_head_dim": v_buffer.shape[-1]})
+
+
 def elt(dtype) -> int:
     return torch.empty((), dtype=dtype).element_size()
 

@@ -5,13 +5,16 @@ Importing this module imports sglang (ImportError when absent). SGLang's
 decode takes preallocated split scratch and a per-request split count; the
 `sglang_decode` factory allocates them once and computes the counts with
 SGLang's own heuristic (as its backend does once per step; the maximum is
-SGLang's default ``--triton-attention-num-kv-splits`` = 8). KV scales are 1
-(no fp8 KV).
+SGLang's default ``--triton-attention-num-kv-splits`` = 8). An fp8 pool
+(``kv_dtype=fp8_*`` in the shape) is passed as its backend passes one: the
+pool's fp8 buffers with the layer's float k / v scales.
 """
 
 from __future__ import annotations
 
 import torch
+from kunlun_triton.ops.attention.kv_dtype import elt as _elt
+from kunlun_triton.ops.attention.kv_dtype import kv_scales, pool_dtype, pool_scales
 from sglang.kernels.ops.attention.decode_attention import decode_attention_fwd
 from sglang.kernels.ops.attention.extend_attention import extend_attention_fwd
 
@@ -53,7 +56,7 @@ def backend_launch(mla: bool, target=None) -> dict:
 
 
 def sglang_decode(q, k_buffer, v_buffer, o, kv_indptr, kv_indices, sm_scale, logit_cap=0.0,
-                  max_kv_splits: int | None = None):
+                  max_kv_splits: int | None = None, k_scale: float = 1.0, v_scale: float = 1.0):
     """A no-argument callable running SGLang's decode_attention_fwd into `o`
     as its Triton backend launches it on the active target
     (`backend_launch`: int64 kv_indices, PDL on sm_90, has_mla and the MLA
@@ -73,14 +76,15 @@ def sglang_decode(q, k_buffer, v_buffer, o, kv_indptr, kv_indices, sm_scale, log
 
     def run():
         decode_attention_fwd(q, k_buffer, v_buffer, o, kv_indptr, kv_indices, logits, lse, splits, max_kv_splits,
-                             sm_scale, 1.0, 1.0, logit_cap=logit_cap, has_mla=launch["has_mla"], use_pdl=pdl)
+                             sm_scale, k_scale, v_scale, logit_cap=logit_cap, has_mla=launch["has_mla"], use_pdl=pdl)
         return o
 
     return run
 
 
 def sglang_extend(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, qo_indptr, kv_indptr, kv_indices,
-                  max_len_extend, sm_scale, logit_cap=0.0, sliding_window=None, custom_mask=None, mask_indptr=None):
+                  max_len_extend, sm_scale, logit_cap=0.0, sliding_window=None, custom_mask=None, mask_indptr=None,
+                  k_scale: float = 1.0, v_scale: float = 1.0):
     """A no-argument callable running SGLang's extend_attention_fwd (causal;
     with `custom_mask` / `mask_indptr`, target verify as its Triton backend
     runs it) into `o_extend`. `sliding_window` is SGLang's
@@ -89,7 +93,7 @@ def sglang_extend(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, qo
 
     def run():
         extend_attention_fwd(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, qo_indptr, kv_indptr,
-                             kv_indices, custom_mask, True, mask_indptr, max_len_extend, 1.0, 1.0, sm_scale=sm_scale,
+                             kv_indices, custom_mask, True, mask_indptr, max_len_extend, k_scale, v_scale, sm_scale=sm_scale,
                              logit_cap=logit_cap, sliding_window_size=window)
         return o_extend
 
@@ -99,13 +103,14 @@ def sglang_extend(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, qo
 def decode_baseline(case):
     """SGLang's decode on a `decode_attention` bench case (its own output buffer)."""
     q, k_buffer, v_buffer, o, kv_indptr, kv_indices, sm_scale = case.args[:7]
-    return sglang_decode(q, k_buffer, v_buffer, torch.empty_like(o), kv_indptr, kv_indices, sm_scale)
+    return sglang_decode(q, k_buffer, v_buffer, torch.empty_like(o), kv_indptr, kv_indices, sm_scale,
+                         **pool_scales(k_buffer, v_buffer))  # fmt: skip
 
 
 def extend_baseline(case):
     """SGLang's extend on an `extend_attention` bench case (its own output buffer)."""
     q, k, v, o, *rest = case.args
-    return sglang_extend(q, k, v, torch.empty_like(o), *rest)
+    return sglang_extend(q, k, v, torch.empty_like(o), *rest, **pool_scales(rest[0], rest[1]))
 
 
 # ---- ahead-of-time specs of SGLang's kernels (`kunlun-triton inspect --compare sglang`)
@@ -166,8 +171,9 @@ def decode_inspect_specs(shape, dtype, max_kv_splits: int | None = None):
     v_dim = shape.get("v_head_dim", head_dim)  # MLA: V is the latent part of K's rows
     q, o = _meta(batch, q_heads, head_dim, dtype=dtype), _meta(batch, q_heads, v_dim, dtype=dtype)
     slots = total + shape.get("page_size", 1)
-    k_buffer = _meta(slots, kv_heads, head_dim, dtype=dtype)
-    v_buffer = k_buffer[..., :v_dim] if v_dim < head_dim else _meta(slots, kv_heads, v_dim, dtype=dtype)
+    k_buffer = _meta(slots, kv_heads, head_dim, dtype=pool_dtype(shape, dtype))
+    v_buffer = k_buffer[..., :v_dim] if v_dim < head_dim else _meta(slots, kv_heads, v_dim, dtype=k_buffer.dtype)
+    scales = {"k_scale": 1.0, "v_scale": 1.0, **kv_scales(shape)}
     launch = backend_launch(v_dim < head_dim)
     max_kv_splits = max_kv_splits or launch["max_kv_splits"]
     indptr, indices = _meta(batch + 1, dtype=torch.int32), _meta(total, dtype=torch.int64)
@@ -175,7 +181,7 @@ def decode_inspect_specs(shape, dtype, max_kv_splits: int | None = None):
     lse = _meta(batch, q_heads, max_kv_splits, dtype=torch.float32)
     splits = _meta(batch, dtype=torch.int32)
     return _as_on_target(lambda: decode_attention_fwd(q, k_buffer, v_buffer, o, indptr, indices, logits, lse, splits,
-                                                      max_kv_splits, head_dim**-0.5, 1.0, 1.0,
+                                                      max_kv_splits, head_dim**-0.5, scales["k_scale"], scales["v_scale"],
                                                       has_mla=launch["has_mla"], use_pdl=launch["use_pdl"]))  # fmt: skip
 
 
@@ -191,16 +197,16 @@ def extend_inspect_specs(shape, dtype):
     tokens, cached = sum(extend), sum(prefix)
     q, o = _meta(tokens, q_heads, head_dim, dtype=dtype), _meta(tokens, q_heads, v_dim, dtype=dtype)
     slots = cached + tokens + shape.get("page_size", 1)
-    k, k_buffer = _meta(tokens, kv_heads, head_dim, dtype=dtype), _meta(slots, kv_heads, head_dim, dtype=dtype)
+    k, k_buffer = _meta(tokens, kv_heads, head_dim, dtype=dtype), _meta(slots, kv_heads, head_dim, dtype=pool_dtype(shape, dtype))
     if v_dim < head_dim:  # MLA: its model passes k_nope (a copy) and its pool the latent view; V loaded either way
         v, v_buffer = _meta(tokens, kv_heads, v_dim, dtype=dtype), k_buffer[..., :v_dim]
     else:
-        v, v_buffer = _meta(tokens, kv_heads, v_dim, dtype=dtype), _meta(slots, kv_heads, v_dim, dtype=dtype)
+        v, v_buffer = _meta(tokens, kv_heads, v_dim, dtype=dtype), _meta(slots, kv_heads, v_dim, dtype=k_buffer.dtype)
     qo_indptr, kv_indptr = _meta(len(extend) + 1, dtype=torch.int32), _meta(len(prefix) + 1, dtype=torch.int32)
     kv_indices = _meta(cached, dtype=torch.int64)  # its backend's dtype
     masks = verify_mask(prefix, extend, "meta", meta=True) if shape.get("custom_mask") else (None, None)
     run = sglang_extend(q, k, v, o, k_buffer, v_buffer, qo_indptr, kv_indptr, kv_indices, max(extend), head_dim**-0.5,
-                        custom_mask=masks[0], mask_indptr=masks[1])  # fmt: skip
+                        custom_mask=masks[0], mask_indptr=masks[1], **kv_scales(shape))  # fmt: skip
     return _as_on_target(run)
 
 
@@ -263,10 +269,9 @@ def decode_inspect_traffic(shape, dtype) -> int:
     lens = shape.get("lens") or [shape["context_len"]] * shape["batch"]
     q_heads, kv_heads, head_dim = shape["q_heads"], shape["kv_heads"], shape["head_dim"]
     used = _sglang_used_splits(shape)
-    elt = torch.empty((), dtype=dtype).element_size()
     v_dim = shape.get("v_head_dim", head_dim)  # MLA: has_mla takes V from the loaded K tile
-    return decode_traffic(lens, q_heads, kv_heads, head_dim, v_dim, elt, used, v_in_k=_mla_shape(shape),
-                          index_elt=8)  # its int64 kv_indices  # fmt: skip
+    return decode_traffic(lens, q_heads, kv_heads, head_dim, v_dim, _elt(dtype), used, _elt(pool_dtype(shape, dtype)),
+                          v_in_k=_mla_shape(shape), index_elt=8)  # its int64 kv_indices  # fmt: skip
 
 
 def extend_inspect_traffic(shape, dtype) -> int:
@@ -279,9 +284,8 @@ def extend_inspect_traffic(shape, dtype) -> int:
     prefix = shape.get("prefix_lens") or [shape["prefix_len"]] * shape["batch"]
     extend = shape.get("extend_lens") or [shape["extend_len"]] * shape["batch"]
     block_m = extend_inspect_specs(shape, dtype)[0].constexprs["BLOCK_M"]
-    elt = torch.empty((), dtype=dtype).element_size()
     return extend_traffic(prefix, extend, shape["q_heads"], shape["head_dim"], shape.get("v_head_dim", shape["head_dim"]),
-                          elt, block_m, index_elt=8)  # fmt: skip
+                          _elt(dtype), block_m, kv_elt=_elt(pool_dtype(shape, dtype)), index_elt=8)  # fmt: skip
 
 
 def decode_launcher_call(shape, dtype, device):
@@ -291,11 +295,11 @@ def decode_launcher_call(shape, dtype, device):
 
     case = decode_attention_case(shape, dtype, device)
     q, k_buffer, v_buffer, o, kv_indptr, kv_indices, sm_scale = case.args[:7]
-    return sglang_decode(q, k_buffer, v_buffer, o, kv_indptr, kv_indices, sm_scale)
+    return sglang_decode(q, k_buffer, v_buffer, o, kv_indptr, kv_indices, sm_scale, **kv_scales(shape))
 
 
 def extend_launcher_call(shape, dtype, device):
     """SGLang's ``extend_attention_fwd`` on an extend shape."""
     from kunlun_triton.ops.attention.spec import extend_attention_case
 
-    return sglang_extend(*extend_attention_case(shape, dtype, device).args)
+    return sglang_extend(*extend_attention_case(shape, dtype, device).args, **kv_scales(shape))

@@ -124,6 +124,47 @@ def test_target_decode_variants_match_the_reference(nan_by_arithmetic, fp8_dtype
     assert (named["FP8_NAN_ARITH"], named["FP8_RUNTIME_UNIT"]) == (True, bool(runtime_unit))
 
 
+@pytest.fixture
+def native_conversion(monkeypatch):
+    """Launch plans as on CUDA sm_89+ (`capabilities.native_fp8`: attention
+    reads the pool's bytes as Triton's fp8 types and casts them, KV_FORMAT
+    3 / 4), run by the interpreter's fp8 casts."""
+    for module in (decode_module, extend_module):
+        monkeypatch.setattr(module, "native_fp8", lambda target=None: True)
+    clear_config_cache()
+    yield
+    monkeypatch.undo()
+    clear_config_cache()
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("fp8_dtype", FP8_DTYPES)
+def test_native_conversion_matches_the_reference(native_conversion, fp8_dtype, dtype):
+    """The target's own fp8 conversion gives the dequantized reference's
+    answers: GQA and MLA decode (split, so stage 1 runs) and extend, K and V
+    scales apart. (No NaN code here: the interpreter's fp8 cast re-biases
+    0x7f as a number, where sm_89+'s cvt gives NaN as the codec does.)"""
+    k_scale, v_scale = 0.1, 3.0
+    for mla in (False, True):
+        d = decode_batch([17, 40], q_heads=8, kv_heads=1 if mla else 2, head_dim=80 if mla else 32,
+                         v_head_dim=64 if mla else 32, dtype=dtype, seed=5, device=DEVICE)  # fmt: skip
+        fp8_pool(d.pool, fp8_dtype, k_scale, k_scale if mla else v_scale, mla_v_dim=64 if mla else None)
+        scales = {"k_scale": k_scale, "v_scale": k_scale if mla else v_scale}
+        fmt = 1 if fp8_dtype == torch.float8_e4m3fn else 2
+        launch = decode_module._launch_plan(None, dtype, d.q.shape[2], d.pool.v_buffer.shape[2],
+                                            8 // d.pool.k_buffer.shape[1], None, 0.0, 0, False, fmt, mla)  # fmt: skip
+        assert _named(decode_module.decode_partial_kernel, launch.partial.constexprs)["KV_FORMAT"] in (3, 4)
+        out = decode_attention(*d.args(), num_kv_splits=2, **scales)
+        assert_close(out, reference.decode_attention(*d.args(), **scales), scale=2, msg=f"decode mla={mla}")
+        e = extend_batch([23, 6], [9, 14], q_heads=4, kv_heads=1 if mla else 2, head_dim=80 if mla else 32,
+                         v_head_dim=64 if mla else 32, dtype=dtype, seed=6, device=DEVICE)  # fmt: skip
+        if mla:
+            e.v_extend = e.k_extend[..., :64]
+        fp8_pool(e.pool, fp8_dtype, k_scale, scales["v_scale"], mla_v_dim=64 if mla else None)
+        out = extend_attention(*e.args(), **scales)
+        assert_close(out, reference.extend_attention(*e.args(), **scales), scale=2, msg=f"extend mla={mla}")
+
+
 def _named(kernel, constexprs):
     """A launch plan's constexprs (`ops.launch.constexpr_args`: the signature's tail) by name."""
     return dict(zip(kernel.arg_names[len(kernel.arg_names) - len(constexprs):], constexprs))
