@@ -215,7 +215,7 @@ def generation_compilations(name, spec, target, preset, dtype, sglang_plan=None,
     from .compilations import count_compilations, generation_shapes
 
     def shapes():
-        return ({**{k: v for k, v in (fixed or {}).items() if k not in s}, **s} for s in generation_shapes(name, preset))
+        return ({**(fixed or {}), **s} for s in generation_shapes(name, preset))  # the generation's own keys win
 
     out = {}
     with targeting(target):

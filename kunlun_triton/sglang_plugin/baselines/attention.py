@@ -93,7 +93,8 @@ def sglang_extend(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, qo
 
     def run():
         extend_attention_fwd(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, qo_indptr, kv_indptr,
-                             kv_indices, custom_mask, True, mask_indptr, max_len_extend, k_scale, v_scale, sm_scale=sm_scale,
+                             kv_indices, custom_mask, True, mask_indptr, max_len_extend, k_scale, v_scale,
+                             sm_scale=sm_scale,
                              logit_cap=logit_cap, sliding_window_size=window)
         return o_extend
 
@@ -181,8 +182,9 @@ def decode_inspect_specs(shape, dtype, max_kv_splits: int | None = None):
     lse = _meta(batch, q_heads, max_kv_splits, dtype=torch.float32)
     splits = _meta(batch, dtype=torch.int32)
     return _as_on_target(lambda: decode_attention_fwd(q, k_buffer, v_buffer, o, indptr, indices, logits, lse, splits,
-                                                      max_kv_splits, head_dim**-0.5, scales["k_scale"], scales["v_scale"],
-                                                      has_mla=launch["has_mla"], use_pdl=launch["use_pdl"]))  # fmt: skip
+                                                      max_kv_splits, head_dim**-0.5, scales["k_scale"],
+                                                      scales["v_scale"], has_mla=launch["has_mla"],
+                                                      use_pdl=launch["use_pdl"]))  # fmt: skip
 
 
 def extend_inspect_specs(shape, dtype):
@@ -197,7 +199,8 @@ def extend_inspect_specs(shape, dtype):
     tokens, cached = sum(extend), sum(prefix)
     q, o = _meta(tokens, q_heads, head_dim, dtype=dtype), _meta(tokens, q_heads, v_dim, dtype=dtype)
     slots = cached + tokens + shape.get("page_size", 1)
-    k, k_buffer = _meta(tokens, kv_heads, head_dim, dtype=dtype), _meta(slots, kv_heads, head_dim, dtype=pool_dtype(shape, dtype))
+    k = _meta(tokens, kv_heads, head_dim, dtype=dtype)
+    k_buffer = _meta(slots, kv_heads, head_dim, dtype=pool_dtype(shape, dtype))
     if v_dim < head_dim:  # MLA: its model passes k_nope (a copy) and its pool the latent view; V loaded either way
         v, v_buffer = _meta(tokens, kv_heads, v_dim, dtype=dtype), k_buffer[..., :v_dim]
     else:

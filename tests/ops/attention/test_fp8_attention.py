@@ -82,6 +82,7 @@ def nan_by_arithmetic(monkeypatch):
     caps = dataclasses.replace(capabilities(), fp8_nan_by_arithmetic=True)
     for module in (decode_module, extend_module):
         monkeypatch.setattr(module, "capabilities", lambda target=None: caps)
+        monkeypatch.setattr(module, "native_fp8", lambda target=None: False)  # the codec, on a GPU too
     clear_config_cache()
     yield
     monkeypatch.undo()
@@ -142,19 +143,27 @@ def native_conversion(monkeypatch):
 def test_native_conversion_matches_the_reference(native_conversion, fp8_dtype, dtype):
     """The target's own fp8 conversion gives the dequantized reference's
     answers: GQA and MLA decode (split, so stage 1 runs) and extend, K and V
-    scales apart. (No NaN code here: the interpreter's fp8 cast re-biases
-    0x7f as a number, where sm_89+'s cvt gives NaN as the codec does.)"""
+    scales apart. A NaN code (e4m3's 0x7f / e5m2's 0x7d) reaches the rows
+    that see it on a GPU only: the interpreter's fp8 cast re-biases it as a
+    number, where sm_89+'s cvt gives NaN as the codec does."""
     k_scale, v_scale = 0.1, 3.0
     for mla in (False, True):
         d = decode_batch([17, 40], q_heads=8, kv_heads=1 if mla else 2, head_dim=80 if mla else 32,
                          v_head_dim=64 if mla else 32, dtype=dtype, seed=5, device=DEVICE)  # fmt: skip
         fp8_pool(d.pool, fp8_dtype, k_scale, k_scale if mla else v_scale, mla_v_dim=64 if mla else None)
+        nan_code = str(DEVICE) != "cpu"
+        if nan_code:  # kv head 0 of request 1: the q heads of its group there, nothing else
+            nan_byte = 0x7F if fp8_dtype == torch.float8_e4m3fn else 0x7D
+            d.pool.k_buffer.view(torch.uint8)[d.pool.slots(1)[9].long(), 0, 3] = nan_byte
         scales = {"k_scale": k_scale, "v_scale": k_scale if mla else v_scale}
         fmt = 1 if fp8_dtype == torch.float8_e4m3fn else 2
         launch = decode_module._launch_plan(None, dtype, d.q.shape[2], d.pool.v_buffer.shape[2],
                                             8 // d.pool.k_buffer.shape[1], None, 0.0, 0, False, fmt, mla)  # fmt: skip
         assert _named(decode_module.decode_partial_kernel, launch.partial.constexprs)["KV_FORMAT"] in (3, 4)
         out = decode_attention(*d.args(), num_kv_splits=2, **scales)
+        if nan_code:
+            group = 8 // d.pool.k_buffer.shape[1]
+            assert out[1, :group].isnan().all() and out[1, group:].isfinite().all() and out[0].isfinite().all()
         assert_close(out, reference.decode_attention(*d.args(), **scales), scale=2, msg=f"decode mla={mla}")
         e = extend_batch([23, 6], [9, 14], q_heads=4, kv_heads=1 if mla else 2, head_dim=80 if mla else 32,
                          v_head_dim=64 if mla else 32, dtype=dtype, seed=6, device=DEVICE)  # fmt: skip
