@@ -88,11 +88,13 @@ def fp8_to_fp32(raw, KV_FORMAT: tl.constexpr):
     """Bytes (uint8) -> their fp32 values, exactly (module docstring): the
     fp16 of `fp8_half` converted (one exact instruction that handles
     subnormals on every target: fp16 subnormals are never flushed), times
-    256 for e4m3fn (exact)."""
-    if KV_FORMAT == 2:
-        return fp8_half(raw, KV_FORMAT).to(tl.float32)
+    256 for e4m3fn (exact). The formats read natively elsewhere (3, 4) are
+    decoded by the codec here too: the same values, NaN and inf codes
+    included on every target (the interpreter's fp8 cast has none)."""
+    if KV_FORMAT == 2 or KV_FORMAT == 4:
+        return fp8_half(raw, 2).to(tl.float32)
     else:
-        return fp8_half(raw, KV_FORMAT).to(tl.float32) * 256.0
+        return fp8_half(raw, 1).to(tl.float32) * 256.0
 
 
 @triton.jit
