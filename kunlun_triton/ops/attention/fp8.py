@@ -51,7 +51,7 @@ def kv_format(dtype) -> int:
 def read_format(fmt: int, native: bool) -> int:
     """The KV_FORMAT attention reads a pool of format `fmt` with: the
     target's own conversion where it has one (`native`), else the codec."""
-    return fmt + 2 if fmt and native else fmt
+    return {1: NATIVE_E4M3, 2: NATIVE_E5M2}.get(fmt, fmt) if native else fmt
 
 
 def kernel_view(buffer: torch.Tensor) -> torch.Tensor:

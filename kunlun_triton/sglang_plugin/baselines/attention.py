@@ -94,8 +94,7 @@ def sglang_extend(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, qo
     def run():
         extend_attention_fwd(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, qo_indptr, kv_indptr,
                              kv_indices, custom_mask, True, mask_indptr, max_len_extend, k_scale, v_scale,
-                             sm_scale=sm_scale,
-                             logit_cap=logit_cap, sliding_window_size=window)
+                             sm_scale=sm_scale, logit_cap=logit_cap, sliding_window_size=window)
         return o_extend
 
     return run
