@@ -1,6 +1,9 @@
 """Teacher-forced accuracy of an fp8 KV cache against the model-dtype cache.
 
-    python scripts/fp8_kv_accuracy.py [--model /work/models/smollm2-135m-instruct-bf16] [--tokens 256]
+    python scripts/fp8_kv_accuracy.py [--model DIR] [--tokens 256]
+
+--model defaults to the bf16 SmolLM2-135M-Instruct checkpoint (`kunlun-triton
+models fetch smollm2 --dtype bf16`: fetched and converted once, then cached).
 
 The measurement is `kunlun_triton.tools.kv_cache_accuracy` (HF transformers
 runs the model, every attention layer through our store_kv + unified
@@ -32,11 +35,15 @@ def main(argv=None) -> int:
     from kunlun_triton.tools import kv_cache_accuracy as acc
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="/work/models/smollm2-135m-instruct-bf16")
+    parser.add_argument("--model", default=None, help="a checkpoint directory (default: SmolLM2's bf16 one)")
     parser.add_argument("--tokens", type=int, default=256)
     parser.add_argument("--backend", choices=("triton", "torch"), default="triton",
                         help="our Triton kernels (default) or the ops' torch references")
     args = parser.parse_args(argv)
+    if args.model is None:
+        from kunlun_triton.tools.models import fetch
+
+        args.model = str(fetch("smollm2", "bf16"))
     model, tokenizer = acc.load(args.model)
     ids = acc.text_ids(tokenizer, args.tokens)
     print(f"{args.model}: {model.dtype}, {ids.shape[1] - 1} teacher-forced positions, ops on {args.backend}")

@@ -2,8 +2,8 @@
 (development mode: CPU, Triton interpreter), from checkpoints written by
 ``convert-weights --quantize w8a8-int8``:
 
-- SmolLM2-135M-Instruct (``/work/models/smollm2-135m-instruct-bf16``, the
-  bf16 checkpoint the real-model work made): teacher-forced top-1 agreement
+- SmolLM2-135M-Instruct (the bf16 checkpoint ``kunlun-triton models fetch
+  smollm2 --dtype bf16`` makes, or ``KUNLUN_TRITON_SMOLLM2_BF16``): teacher-forced top-1 agreement
   with the bf16 model (HF transformers, fp32) and the mean |logprob
   difference| held to the floors measured (docs/quantization.md), and greedy
   tokens equal to HF's model with its linear layers replaced by our torch
@@ -28,7 +28,6 @@ import torch
 from kt_models_table import check_or_write_row, kernels_since, op_calls, refusals
 from kt_sglang_support import output_ids
 
-SMOLLM2 = os.environ.get("KUNLUN_TRITON_SMOLLM2_BF16", "/work/models/smollm2-135m-instruct-bf16")
 LLAMA = '{"architectures": ["LlamaForCausalLM"]}'  # the converted checkpoint's config.json names none
 TEXTS = ["The capital of France is Paris. It is known for the Eiffel Tower, built in 1889.",
          "def add(a, b):\n    return a + b\n\nprint(add(2, 3))  # prints 5"]  # fmt: skip
@@ -119,20 +118,23 @@ def hf_greedy(model, prompt, n):
 def smollm2(tmp_path_factory, engines):
     from transformers import AutoTokenizer
 
-    assert os.path.isdir(SMOLLM2), f"the bf16 SmolLM2 checkpoint is missing: {SMOLLM2}"
-    path = quantize(SMOLLM2, tmp_path_factory.mktemp("w8a8") / "smollm2-w8a8")
-    tokenizer = AutoTokenizer.from_pretrained(SMOLLM2)
+    from kunlun_triton.tools.models import fetch
+
+    # the bf16 checkpoint from the cached GGUF (CI's sglang stage fetched it), as tests/regression does
+    bf16 = os.environ.get("KUNLUN_TRITON_SMOLLM2_BF16") or str(fetch("smollm2", "bf16", progress=False))
+    path = quantize(bf16, tmp_path_factory.mktemp("w8a8") / "smollm2-w8a8")
+    tokenizer = AutoTokenizer.from_pretrained(bf16)
     prompts = [tokenizer.encode(t) for t in TEXTS]
     engine = engines.get(path, json_model_override_args=LLAMA, **ENGINE)
-    return path, prompts, engine
+    return bf16, path, prompts, engine
 
 
 def test_smollm2_w8a8_agrees_with_the_bf16_model(smollm2):
     from transformers import LlamaForCausalLM
 
-    path, prompts, engine = smollm2
+    bf16, path, prompts, engine = smollm2
     ours = teacher_forced(engine, prompts)
-    ref = hf_teacher_forced(LlamaForCausalLM.from_pretrained(SMOLLM2, dtype=torch.float32).eval(), prompts)
+    ref = hf_teacher_forced(LlamaForCausalLM.from_pretrained(bf16, dtype=torch.float32).eval(), prompts)
     top1, mean_abs = agreement(ours, ref)
     print(f"SmolLM2 W8A8 vs bf16: top-1 agreement {top1:.4f}, mean |logprob diff| {mean_abs:.4f}")
     assert top1 >= SMOLLM2_TOP1_FLOOR and mean_abs <= SMOLLM2_LOGPROB_CEILING, (top1, mean_abs)
@@ -141,11 +143,11 @@ def test_smollm2_w8a8_agrees_with_the_bf16_model(smollm2):
 def test_smollm2_w8a8_greedy_equals_our_torch_references(smollm2):
     from kunlun_triton.sglang_plugin.report import engine_dispatch_report
 
-    path, prompts, engine = smollm2
+    bf16, path, prompts, engine = smollm2
     before = op_calls(engine_dispatch_report(engine)[0]["ops"])
     out = engine.generate(input_ids=prompts, sampling_params={"max_new_tokens": NEW, "temperature": 0.0,
                                                                "ignore_eos": True})  # fmt: skip
-    model = hf_w8a8(SMOLLM2, path)
+    model = hf_w8a8(bf16, path)
     assert [output_ids(o) for o in out] == [hf_greedy(model, p, NEW) for p in prompts]
     ops = engine_dispatch_report(engine)[0]["ops"]
     for name in ("per_token_quant_int8", "int8_scaled_mm"):
