@@ -66,7 +66,9 @@ def test_fp8_pool_against_sglangs_fp8_path(kv_dtype):
             - fp8["ops"]["decode_attention"]["bytes_per_call"][impl]  # fmt: skip
         assert saved == 2 * 4096 * 8 * 128, (impl, saved)
     theirs = _kernel(fp8, "decode_attention", "sglang")
+    their_bf16 = _kernel(shapes["auto"], "decode_attention", "sglang")
     assert theirs["kernel"] == "_fwd_grouped_kernel_stage1"
+    assert theirs["sass_per_item"] > their_bf16["sass_per_item"]  # its fp8 path compiled (q cast, fp8 dots)
     ours = _kernel(fp8, "decode_attention", "ours")
     assert ours["constexprs"]["KV_FORMAT"] in (3, 4) and ours["spill_bytes"] == 0
     assert ours["sass_per_item"] <= 1.15 * theirs["sass_per_item"], (ours, theirs)
