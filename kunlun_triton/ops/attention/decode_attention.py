@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import torch
 
 from ...runtime import INDEX_DTYPES, plan_cache, use_triton
-from ...runtime.capabilities import capabilities, native_fp8, supports_pdl
+from ...runtime.capabilities import supports_pdl
 from ..launch import KernelLaunch, constexpr_args
 from ..validation import (
     check_indptr,
@@ -49,7 +49,7 @@ from . import reference
 from .decode_batch import launch_batch
 from .decode_kernels import decode_merge_kernel, decode_partial_kernel
 from .decode_splits import DecodeWorkspace, _plan, check_workspace, split_policy
-from .fp8 import check_kv_scales, check_pool_dtypes, kernel_view, kv_format, read_format
+from .fp8 import check_kv_scales, check_pool_dtypes, kernel_view, kv_format, read_constexprs
 from .shared import AttentionPlan, check_formulation, check_kv_pool, cdiv, latent_view, needs_int64, window_constexpr
 
 OP = "decode_attention"
@@ -76,17 +76,13 @@ def _launch_plan(config, dtype, head_dim, v_dim, group, formulation, logit_cap, 
     # PDL between the stages (sm_90, as SGLang's decode): the merge launches
     # while stage 1 drains and waits on the device for its partials.
     pdl = supports_pdl()
-    fmt = read_format(fmt, native_fp8())
-    codec = fmt in (1, 2)  # else the pool is read as it is, or converted by the target
     head_blocks, merge_head_blocks = cdiv(group, plan.block_h), cdiv(group, plan.merge_block_h)
     partial = constexpr_args(
         decode_partial_kernel, GROUP=group, HEAD_DIM=head_dim, V_DIM=v_dim, BLOCK_H=plan.block_h,
         HEAD_BLOCKS=head_blocks, BLOCK_D=plan.block_d, BLOCK_DPE=plan.block_dpe, BLOCK_DV=plan.block_dv,
         BLOCK_N=plan.block_n, LOGIT_CAP=logit_cap, WINDOW=window, USE_DOT=plan.use_dot, DOT_FP32=plan.dot_fp32,
-        POOL_I64=pool_i64, LOAD_IGNORES_OTHER=plan.load_ignores_other, KV_FORMAT=fmt,
-        FP8_RUNTIME_UNIT=codec and plan.fp8_runtime_unit,
-        FP8_NAN_ARITH=codec and capabilities().fp8_nan_by_arithmetic, V_IN_K=v_in_k,
-        USE_PDL=pdl)  # fmt: skip
+        POOL_I64=pool_i64, LOAD_IGNORES_OTHER=plan.load_ignores_other,
+        **read_constexprs(fmt, plan.fp8_runtime_unit), V_IN_K=v_in_k, USE_PDL=pdl)  # fmt: skip
     merge = constexpr_args(
         decode_merge_kernel, GROUP=group, V_DIM=v_dim, BLOCK_H=plan.merge_block_h, HEAD_BLOCKS=merge_head_blocks,
         BLOCK_DV=plan.merge_block_dv, BLOCK_N=plan.block_n, WINDOW=window,

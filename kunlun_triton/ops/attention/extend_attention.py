@@ -11,7 +11,6 @@ import dataclasses
 import torch
 
 from ...runtime import plan_cache, use_triton
-from ...runtime.capabilities import capabilities, native_fp8
 from ..spec import explicit_config, lookup_config
 from ..launch import KernelLaunch, constexpr_args
 from ..validation import checked_mode, require_number
@@ -19,7 +18,7 @@ from . import reference
 from .custom_mask import check_custom_mask, mask_mode
 from .extend_inputs import latent_flags, validate
 from .extend_kernels import extend_kernel
-from .fp8 import check_kv_scales, kernel_view, kv_format, read_format
+from .fp8 import check_kv_scales, kernel_view, kv_format, read_constexprs
 from .shared import AttentionPlan, attention_plan, cdiv, check_formulation, needs_int64, window_constexpr
 
 OP = "extend_attention"
@@ -49,15 +48,12 @@ def _launch_plan(config, dtype, head_dim, v_dim, group, formulation, logit_cap, 
     # V from the loaded K tile only where that tile is exactly V's (the latent
     # head tile of a split MLA head dim, no padding), as decode does.
     latent = plan.block_d == plan.block_dv == v_dim
-    fmt = read_format(fmt, native_fp8())
-    codec = fmt in (1, 2)  # else the pool is read as it is, or converted by the target
     constexprs = constexpr_args(
         extend_kernel, GROUP=group, HEAD_DIM=head_dim, V_DIM=v_dim, BLOCK_M=plan.block_m, BLOCK_N=plan.block_n,
         BLOCK_D=plan.block_d, BLOCK_DPE=plan.block_dpe, BLOCK_DV=plan.block_dv, LOGIT_CAP=logit_cap, WINDOW=window,
         USE_DOT=plan.use_dot, DOT_FP32=plan.dot_fp32, INDEX_I64=index_i64, LOAD_IGNORES_OTHER=plan.load_ignores_other,
         UNIFIED=unified, SCREEN_INLINE=not plan.use_dot or plan.block_d + plan.block_dpe > 256,
-        KV_FORMAT=fmt, FP8_RUNTIME_UNIT=codec and plan.fp8_runtime_unit,
-        FP8_NAN_ARITH=codec and capabilities().fp8_nan_by_arithmetic, CUSTOM_MASK=custom_mask,
+        **read_constexprs(fmt, plan.fp8_runtime_unit), CUSTOM_MASK=custom_mask,
         V_IN_K=v_in_k and latent,
         NEW_V_IN_K=new_v_in_k and latent and not unified)  # fmt: skip
     return plan, KernelLaunch(extend_kernel, constexprs, plan.launch)

@@ -37,6 +37,7 @@ import triton
 import triton.language as tl
 
 from ...runtime import FLOAT_DTYPES
+from ...runtime.capabilities import capabilities, native_fp8
 
 FP8_FORMATS = {torch.float8_e4m3fn: 1, torch.float8_e5m2: 2}  # KV_FORMAT constexpr; 0: not fp8
 NATIVE_E4M3, NATIVE_E5M2 = 3, 4  # KV_FORMAT: the same bytes, converted by the target (`read_format`)
@@ -52,6 +53,18 @@ def read_format(fmt: int, native: bool) -> int:
     """The KV_FORMAT attention reads a pool of format `fmt` with: the
     target's own conversion where it has one (`native`), else the codec."""
     return {1: NATIVE_E4M3, 2: NATIVE_E5M2}.get(fmt, fmt) if native else fmt
+
+
+def read_constexprs(fmt: int, runtime_unit: bool) -> dict:
+    """KV_FORMAT, FP8_RUNTIME_UNIT and FP8_NAN_ARITH of an attention kernel
+    reading a pool of format `fmt` on the current target: its own fp8
+    conversion where it has one (`native_fp8`), else the codec, to which the
+    config's run-time unit (`runtime_unit`) and the target's NaN decoding
+    (`capabilities().fp8_nan_by_arithmetic`) alone apply."""
+    fmt = read_format(fmt, native_fp8())
+    codec = fmt in FP8_FORMATS.values()  # else the pool is read as it is, or converted by the target
+    return {"KV_FORMAT": fmt, "FP8_RUNTIME_UNIT": codec and runtime_unit,
+            "FP8_NAN_ARITH": codec and capabilities().fp8_nan_by_arithmetic}  # fmt: skip
 
 
 def kernel_view(buffer: torch.Tensor) -> torch.Tensor:

@@ -21,6 +21,7 @@ from kunlun_triton.runtime.config import clear_config_cache
 # the modules (the package exports the functions under the same names)
 decode_module = importlib.import_module("kunlun_triton.ops.attention.decode_attention")
 extend_module = importlib.import_module("kunlun_triton.ops.attention.extend_attention")
+fp8_module = importlib.import_module("kunlun_triton.ops.attention.fp8")
 
 FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 FORMULATIONS = ("dot", "sum")
@@ -80,9 +81,8 @@ def nan_by_arithmetic(monkeypatch):
     from kunlun_triton.runtime.capabilities import capabilities
 
     caps = dataclasses.replace(capabilities(), fp8_nan_by_arithmetic=True)
-    for module in (decode_module, extend_module):
-        monkeypatch.setattr(module, "capabilities", lambda target=None: caps)
-        monkeypatch.setattr(module, "native_fp8", lambda target=None: False)  # the codec, on a GPU too
+    monkeypatch.setattr(fp8_module, "capabilities", lambda target=None: caps)
+    monkeypatch.setattr(fp8_module, "native_fp8", lambda target=None: False)  # the codec, on a GPU too
     clear_config_cache()
     yield
     monkeypatch.undo()
@@ -130,8 +130,7 @@ def native_conversion(monkeypatch):
     """Launch plans as on CUDA sm_89+ (`capabilities.native_fp8`: attention
     reads the pool's bytes as Triton's fp8 types and casts them, KV_FORMAT
     3 / 4), run by the interpreter's fp8 casts."""
-    for module in (decode_module, extend_module):
-        monkeypatch.setattr(module, "native_fp8", lambda target=None: True)
+    monkeypatch.setattr(fp8_module, "native_fp8", lambda target=None: True)
     clear_config_cache()
     yield
     monkeypatch.undo()
