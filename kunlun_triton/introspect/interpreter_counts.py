@@ -43,7 +43,7 @@ def count_loads(tensor, row_bytes: int | None = None):
     real_load = interpreter.InterpreterBuilder.create_masked_load
     real_call = interpreter.GridExecutor.__call__
 
-    def load(self, ptrs, mask, other, cache_policy, is_volatile):
+    def load(self, ptrs, mask, other, *policy):  # (cache, eviction,) volatile: Triton 3.8 has one more than 3.9
         addresses = np.asarray(ptrs.data).astype(np.uint64)
         hit = np.asarray(mask.data, dtype=bool) & (addresses >= lo) & (addresses < hi)
         nbytes = int(hit.sum()) * (ptrs.get_element_ty().primitive_bitwidth // 8)
@@ -53,7 +53,7 @@ def count_loads(tensor, row_bytes: int | None = None):
             size = ptrs.get_element_ty().primitive_bitwidth // 8
             for row, n in zip(*np.unique((addresses[hit] - lo) // row_bytes, return_counts=True)):
                 counts.bytes_by_row[int(row)] = counts.bytes_by_row.get(int(row), 0) + int(n) * size
-        return real_load(self, ptrs, mask, other, cache_policy, is_volatile)
+        return real_load(self, ptrs, mask, other, *policy)
 
     def call(self, *args, **kwargs):
         grid = self.grid if not callable(self.grid) else None
