@@ -36,8 +36,9 @@ def _cached_plan(op: str, d: int, rows: int, activation: int) -> TilePlan:
 def _act_and_mul(op: str, x: torch.Tensor, activation: int, config: dict | None) -> torch.Tensor:
     d = x.shape[-1] // 2
     x_rows = as_rows(op, "x", x)
-    out = x.new_empty(*x.shape[:-1], d)
     n_rows = x_rows.shape[0]
+    # (SGLang's 2-D x without unpacking its shape: 0.7 us against 1.1)
+    out = x.new_empty(n_rows, d) if x_rows is x else x.new_empty(*x.shape[:-1], d)
     if n_rows == 0 or d == 0:
         return out
     plan = _cached_plan(op, d, n_rows, activation) if config is None else \

@@ -21,10 +21,11 @@ GELU_DOCTOR = DOCTOR + (({**_DOCTOR_SHAPE, "approximate": "tanh"}, torch.float32
 
 def _input(shape, dtype, device):
     rows, d = shape["rows"], shape["d"]
-    lead = shape.get("lead", 1)
     gen = torch.Generator().manual_seed(rows * 31 + d)
     pad = 6 if shape.get("strided") else 0
-    x = 3 * torch.randn(lead, rows, 2 * d + pad, generator=gen)
+    # [rows, 2d] as SGLang's MLP hands it over; "lead" adds leading dims
+    lead = (shape["lead"],) if "lead" in shape else ()
+    x = 3 * torch.randn(*lead, rows, 2 * d + pad, generator=gen)
     return x.to(dtype).to(device)[..., : 2 * d]
 
 
@@ -50,9 +51,10 @@ def _kernels(name: str):
         """The launch of one call on meta tensors, planned for the active target."""
         from ...introspect.launches import meta_kernel_specs
 
-        rows, d, lead = shape["rows"], shape["d"], shape.get("lead", 1)
+        rows, d = shape["rows"], shape["d"]
         pad = 6 if shape.get("strided") else 0
-        x = torch.empty(lead, rows, 2 * d + pad, dtype=dtype, device="meta")[..., : 2 * d]
+        lead = (shape["lead"],) if "lead" in shape else ()  # as `_input`
+        x = torch.empty(*lead, rows, 2 * d + pad, dtype=dtype, device="meta")[..., : 2 * d]
         kwargs = {"approximate": shape["approximate"]} if "approximate" in shape else {}
         return meta_kernel_specs(lambda: getattr(ops, name)(x, **kwargs, config=config))
 
