@@ -219,12 +219,14 @@ def decode_attention(
         launch_merge = False
     else:
         launch_merge = True
+    # (a stride() tuple indexed twice: half the cost of two stride(i) calls)
+    qs, kbs, vbs = q.stride(), k_buffer.stride(), v_buffer.stride()
     launch.partial((batch, kv_heads * launch.head_blocks, max_splits),
         q, kernel_view(k_buffer), kernel_view(v_buffer), kv_indptr, kv_indices, part_out, part_lse,
-        sm_scale, split_tokens, max_splits, q_heads,
-        q.stride(0), q.stride(1), k_buffer.stride(0), k_buffer.stride(1), v_buffer.stride(0), v_buffer.stride(1),
+        sm_scale, split_tokens, max_splits, q_heads, qs[0], qs[1], kbs[0], kbs[1], vbs[0], vbs[1],
         k_scale, v_scale)  # fmt: skip
     if launch_merge:
+        os_ = o.stride()
         launch.merge((batch, kv_heads * launch.merge_head_blocks),
-            part_out, part_lse, o, kv_indptr, split_tokens, max_splits, q_heads, o.stride(0), o.stride(1))  # fmt: skip
+            part_out, part_lse, o, kv_indptr, split_tokens, max_splits, q_heads, os_[0], os_[1])  # fmt: skip
     return o

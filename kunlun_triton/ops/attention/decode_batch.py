@@ -191,7 +191,7 @@ def launch_batch(plan, q, k_buffer, v_buffer, o, kv_indptr, kv_indices, sm_scale
     tiles = (plan.use_dot, plan.dot_fp32, block_d, plan.block_dv, plan.block_n, plan.load_ignores_other)
     launch = batch_launch(tiles, tuple(plan.launch.items()), block_r, kv_heads, q_heads // kv_heads, head_dim, v_dim,
                           logit_cap, window, pool_i64, fmt)  # fmt: skip
+    qs, kbs, vbs, os_ = q.stride(), k_buffer.stride(), v_buffer.stride(), o.stride()  # (one call per tensor)
     launch((-(-rows // block_r),),
-        q, k_buffer, v_buffer, kv_indptr, kv_indices, o, sm_scale, rows, q.stride(0), q.stride(1),
-        k_buffer.stride(0), k_buffer.stride(1), v_buffer.stride(0), v_buffer.stride(1), o.stride(0), o.stride(1),
-        k_scale, v_scale)  # fmt: skip
+        q, k_buffer, v_buffer, kv_indptr, kv_indices, o, sm_scale, rows, qs[0], qs[1], kbs[0], kbs[1], vbs[0], vbs[1],
+        os_[0], os_[1], k_scale, v_scale)  # fmt: skip

@@ -160,19 +160,20 @@ def store_kv(k, v, k_buffer, v_buffer, out_cache_loc, check: bool = True, *, k_s
     else:
         tensors = (k,)
         k_scale, v_scale = float(k_scale or 1.0), float(v_scale or 1.0)
-    tokens, heads = k.shape[0], k.shape[1]
+    tokens, heads, k_dim = k.shape
     if tokens == 0:
         return
     if not use_triton(OP, *tensors):
         reference.store_kv(k, v, k_buffer, v_buffer, out_cache_loc, k_scale, v_scale)
         return
-    k_dim, v_dim = k.shape[2], v.shape[2]
+    v_dim = v.shape[2]
     fmt = kv_format(k_buffer.dtype)
     if config is None:
         plan = _cached_plan(tokens, heads, k_dim, v_dim, fmt)
     else:
         plan = _copy_plan(heads, k_dim, v_dim, explicit_config(OP, config, row_width=heads * k_dim, tokens=tokens), fmt)
+    # (a stride() tuple indexed twice: half the cost of two stride(i) calls)
+    ks, vs, kbs, vbs = k.stride(), v.stride(), k_buffer.stride(), v_buffer.stride()
     plan.launch((-(-tokens // plan.tokens_per_program),),
-        k, v, kernel_view(k_buffer), kernel_view(v_buffer), out_cache_loc, tokens, k.stride(0), k.stride(1),
-        v.stride(0), v.stride(1), k_buffer.stride(0), k_buffer.stride(1), v_buffer.stride(0), v_buffer.stride(1),
-        k_scale, v_scale)  # fmt: skip
+        k, v, kernel_view(k_buffer), kernel_view(v_buffer), out_cache_loc, tokens, ks[0], ks[1], vs[0], vs[1],
+        kbs[0], kbs[1], vbs[0], vbs[1], k_scale, v_scale)  # fmt: skip

@@ -91,7 +91,8 @@ def _cached_plan(head_size: int, tokens: int, num_q_heads: int, num_k_heads: int
 def _layout(x: torch.Tensor, head_size: int) -> tuple[int, int, int]:
     """`_heads_layout` without the checks."""
     if x.dim() == 3:
-        return x.shape[1], x.stride(0), x.stride(1)
+        strides = x.stride()
+        return x.shape[1], strides[0], strides[1]
     return x.shape[1] // head_size, x.stride(0), head_size
 
 
