@@ -55,6 +55,21 @@ def engines():
 
 
 @pytest.fixture(scope="session")
+def smollm2_bf16():
+    """The bf16 SmolLM2-135M-Instruct checkpoint's directory: $KUNLUN_TRITON_SMOLLM2_BF16,
+    or `kunlun-triton models fetch smollm2 --dtype bf16` (converted once from the cached GGUF)."""
+    path = os.environ.get("KUNLUN_TRITON_SMOLLM2_BF16")
+    if path:
+        return path
+    try:
+        from kunlun_triton.tools.models import fetch
+    except ImportError:
+        pytest.fail("no SmolLM2 checkpoint: set KUNLUN_TRITON_SMOLLM2_BF16 to a converted bf16 checkpoint's "
+                    "directory (or install a kunlun-triton with `models fetch`)", pytrace=False)  # fmt: skip
+    return str(fetch("smollm2", "bf16", progress=False))
+
+
+@pytest.fixture(scope="session")
 def tiny_llama(model_root):
     return _build(model_root, "llama")
 

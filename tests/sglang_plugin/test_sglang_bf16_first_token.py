@@ -14,27 +14,11 @@ from ``$KUNLUN_TRITON_SMOLLM2_BF16`` (a converted checkpoint's directory).
 
 from __future__ import annotations
 
-import os
-
-import pytest
 from kt_sglang_support import start_engine
 
 PROMPT = "What is the capital of France?"
 TOP = 5
 TOLERANCE = 0.1  # nat
-
-
-@pytest.fixture(scope="module")
-def smollm2_bf16():
-    path = os.environ.get("KUNLUN_TRITON_SMOLLM2_BF16")
-    if path:
-        return path
-    try:
-        from kunlun_triton.tools.models import fetch
-    except ImportError:
-        pytest.fail("no SmolLM2 checkpoint: set KUNLUN_TRITON_SMOLLM2_BF16 to a converted bf16 checkpoint's "
-                    "directory (or install a kunlun-triton with `models fetch`)", pytrace=False)  # fmt: skip
-    return str(fetch("smollm2", "bf16", progress=False))
 
 
 def _hf_top(path, ids, k):

@@ -115,13 +115,10 @@ def hf_greedy(model, prompt, n):
 
 
 @pytest.fixture(scope="module")
-def smollm2(tmp_path_factory, engines):
+def smollm2(smollm2_bf16, tmp_path_factory, engines):
     from transformers import AutoTokenizer
 
-    from kunlun_triton.tools.models import fetch
-
-    # the bf16 checkpoint from the cached GGUF (CI's sglang stage fetched it), as tests/regression does
-    bf16 = os.environ.get("KUNLUN_TRITON_SMOLLM2_BF16") or str(fetch("smollm2", "bf16", progress=False))
+    bf16 = smollm2_bf16
     path = quantize(bf16, tmp_path_factory.mktemp("w8a8") / "smollm2-w8a8")
     tokenizer = AutoTokenizer.from_pretrained(bf16)
     prompts = [tokenizer.encode(t) for t in TEXTS]
