@@ -1,4 +1,7 @@
-"""Collectives for a tensor-parallel group over ``torch.distributed``.
+"""Collectives for a tensor-parallel (or expert-parallel / attention-DP)
+group over ``torch.distributed``. The even collectives live here, the
+uneven ones (``all_to_all``, ``all_gatherv``, ``reduce_scatterv``) in
+``uneven.py``; checked mode's descriptions in ``checked.py``.
 
 Backend per target (``KUNLUN_TRITON_DIST_BACKEND`` or ``backend=`` override):
 
@@ -49,62 +52,26 @@ the collective may still be pending in the backend.
 from __future__ import annotations
 
 import datetime
-import math
-import numbers
 
 import torch
 import torch.distributed as dist
 
-from ..runtime.env import EnvError, env_flag, env_float, env_str
+from ..runtime.env import env_flag
 from ..runtime.log import logger
+from .checked import check_dim, describe, describe_text, dim_code, disagreement, op_code, reduce_op, row_length
+from .setup import (  # noqa: F401  (default_backend and the errors: this module's names since the start)
+    DEFAULT_TIMEOUT_S,
+    CollectiveError,
+    CollectiveTimeout,
+    default_backend,
+    timeout_seconds,
+)
+from .uneven import UnevenCollectives
 
-DEFAULT_TIMEOUT_S = 600.0
-_TARGET_BACKENDS = {"kunlun": "nccl", "cuda": "nccl", "hip": "nccl", "interpreter": "gloo", "torch": "gloo"}
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
-
-
-class CollectiveError(RuntimeError):
-    """A collective failed; the message names it and its group."""
-
-
-class CollectiveTimeout(CollectiveError):
-    """A collective did not complete within the group's timeout. The group is
-    unusable afterwards (the collective may still be pending in the backend):
-    end the process rather than retry on it."""
-
-
-def default_backend(target_name: str | None = None) -> str:
-    forced = env_str("KUNLUN_TRITON_DIST_BACKEND")
-    if forced:
-        # torch's own backends plus the ones a vendor build registers (bkcl):
-        # a typo fails here naming the variable, not in init_process_group.
-        known = sorted({b for b in dist.Backend.backend_list if b not in ("undefined", "fake")} | {"bkcl"})
-        if forced.lower() not in known:
-            raise EnvError("KUNLUN_TRITON_DIST_BACKEND", forced, "one of " + ", ".join(known))
-        return forced.lower()
-    if target_name is None:
-        from ..runtime import current_target
-
-        target_name = current_target().name
-    return _TARGET_BACKENDS.get(target_name, "gloo")
-
-
-def timeout_seconds(timeout_s=None, where: str = "TPCommunicator") -> float:
-    """``timeout_s`` checked (a finite number of seconds > 0 that a
-    ``timedelta`` holds), or ``KUNLUN_TRITON_COMM_TIMEOUT_S`` when None."""
-    if timeout_s is None:
-        value = env_float("KUNLUN_TRITON_COMM_TIMEOUT_S", DEFAULT_TIMEOUT_S)  # EnvError unless finite and > 0
-        if value > _MAX_TIMEOUT_S:
-            raise EnvError("KUNLUN_TRITON_COMM_TIMEOUT_S", env_str("KUNLUN_TRITON_COMM_TIMEOUT_S"),
-                           f"a number of seconds in (0, {_MAX_TIMEOUT_S:g}]")
-        return value
-    ok = isinstance(timeout_s, numbers.Real) and not isinstance(timeout_s, bool)
-    value = float(timeout_s) if ok else math.nan
-    if not (math.isfinite(value) and 0 < value <= _MAX_TIMEOUT_S):
-        raise ValueError(
-            f"{where}: timeout_s must be a finite number of seconds in (0, {_MAX_TIMEOUT_S:g}], got {timeout_s!r}"
-        )
-    return value
+_UNTOUCHED = "the input tensor is unchanged (the result was never returned)"
+_DEAD = "; the group is unusable now (the collective may still be pending): end the process"
+_KEPT = "nothing was sent, the inputs are unchanged and the group is still usable"
 
 
 def init_tp_group(
@@ -132,7 +99,7 @@ def init_tp_group(
     return TPCommunicator(None, name=name, backend=backend, timeout_s=timeout_s, checked=checked)
 
 
-class TPCommunicator:
+class TPCommunicator(UnevenCollectives):
     """all_reduce / all_gather / reduce_scatter / broadcast / barrier on one
     process group (``None``: the default group).
 
@@ -166,14 +133,14 @@ class TPCommunicator:
     def all_reduce(self, tensor: torch.Tensor, op: str = "sum") -> torch.Tensor:
         """Reduce ``tensor`` across the group in place; returns it."""
         if self.world_size == 1:
-            _reduce_op(op)  # the checks the group's ranks run, on one rank too
+            reduce_op(op)  # the checks the group's ranks run, on one rank too
             return tensor
-        self._agree("all_reduce", tensor, _op_code(op))
-        reduce_op = _reduce_op(op)
+        self._agree("all_reduce", tensor, op_code(op))
+        torch_op = reduce_op(op)
         work = self._wide(tensor, op)
         if work is tensor and self.private_inplace:
             work = tensor.clone(memory_format=torch.contiguous_format)
-        self._run("all_reduce", lambda: dist.all_reduce(work, op=reduce_op, group=self.group, async_op=True),
+        self._run("all_reduce", lambda: dist.all_reduce(work, op=torch_op, group=self.group, async_op=True),
                   self._inplace_leaves())
         if work is not tensor:
             tensor.copy_(work)
@@ -182,9 +149,9 @@ class TPCommunicator:
     def all_gather(self, tensor: torch.Tensor, dim: int = 0) -> torch.Tensor:
         """Every rank's ``tensor`` concatenated along ``dim``, in rank order."""
         if self.world_size == 1:
-            _check_dim("all_gather", tensor, dim)
+            check_dim("all_gather", tensor, dim)
             return tensor.clone()
-        self._agree("all_gather", tensor, _dim_code(tensor, dim))
+        self._agree("all_gather", tensor, dim_code(tensor, dim))
         src = tensor.movedim(dim, 0).contiguous()
         out = src.new_empty((self.world_size * src.shape[0], *src.shape[1:]))
         self._run("all_gather", lambda: dist.all_gather_into_tensor(out, src, group=self.group, async_op=True),
@@ -196,21 +163,21 @@ class TPCommunicator:
         group's reduction of ``tensor``."""
         if self.world_size > 1:
             # first: a rank whose shape differs must not fail alone below
-            self._agree("reduce_scatter", tensor, _dim_code(tensor, dim) * 8 + _op_code(op))
+            self._agree("reduce_scatter", tensor, dim_code(tensor, dim) * 8 + op_code(op))
         else:
-            _reduce_op(op)
-            _check_dim("reduce_scatter", tensor, dim)
+            reduce_op(op)
+            check_dim("reduce_scatter", tensor, dim)
         size = tensor.shape[dim]
         if size % self.world_size:
             raise ValueError(f"reduce_scatter: dim {dim} of size {size} does not split over {self.world_size} ranks")
         if self.world_size == 1:
             return tensor.clone()
-        reduce_op = _reduce_op(op)
+        torch_op = reduce_op(op)
         src = self._wide(tensor.movedim(dim, 0).contiguous(), op)
         out = src.new_empty((size // self.world_size, *src.shape[1:]))
         self._run(
             "reduce_scatter",
-            lambda: dist.reduce_scatter_tensor(out, src, op=reduce_op, group=self.group, async_op=True),
+            lambda: dist.reduce_scatter_tensor(out, src, op=torch_op, group=self.group, async_op=True),
             _UNTOUCHED,
         )
         return out.to(tensor.dtype).movedim(0, dim)
@@ -264,23 +231,31 @@ class TPCommunicator:
         return ("the input tensor's contents are undefined (the collective runs in place and may have written "
                 "part of it)")
 
-    def _agree(self, collective: str, tensor, extra: int) -> None:
+    def _agree(self, collective: str, tensor, extra: int, problem: str | None = None, a=None, b=None):
         """Checked mode: every rank's description of this call, compared on
-        the host; a mismatch raises on every rank before anything is sent."""
+        the host; a mismatch, or arguments one rank refused (``problem``),
+        raise on every rank before anything is sent. Returns the ranks' rows
+        (None unchecked, where ``problem`` raises at once: the peers then
+        fail on their own, or wait until the timeout)."""
         if not self.checked:
-            return
-        mine = _describe(collective, tensor, extra)
+            if problem:
+                raise ValueError(problem)
+            return None
+        world = self.world_size
+        mine = describe(collective, tensor, extra, world, problem is not None, a, b)
         device = "cpu" if self.backend == "gloo" else (tensor.device if tensor is not None else "cuda")
-        table = torch.empty(self.world_size * _DESC_LEN, dtype=torch.int64, device=device)
+        table = torch.empty(world * row_length(world), dtype=torch.int64, device=device)
         mine_t = torch.tensor(mine, dtype=torch.int64, device=device)
         self._run(f"{collective} (checked mode's shape exchange)",
                   lambda: dist.all_gather_into_tensor(table, mine_t, group=self.group, async_op=True), _UNTOUCHED)
-        rows = table.view(self.world_size, _DESC_LEN).cpu().tolist()
-        if any(row != mine for row in rows):
-            calls = ", ".join(f"rank {r}: {_describe_text(row)}" for r, row in enumerate(rows))
-            raise CollectiveError(self._message(
-                collective, f"refused: the ranks' calls do not match ({calls}); nothing was sent, the inputs are "
-                "unchanged and the group is still usable"))
+        rows = table.view(world, row_length(world)).cpu().tolist()
+        why = disagreement(rows, world)
+        if problem:
+            raise ValueError(f"{problem} (refused on every rank of group '{self.name}': {_KEPT})")
+        if why:
+            calls = ", ".join(f"rank {r}: {describe_text(row, world)}" for r, row in enumerate(rows))
+            raise CollectiveError(self._message(collective, f"refused: {why} ({calls}); {_KEPT}"))
+        return rows
 
     def _run(self, collective: str, start, leaves: str = "") -> None:
         """Start the collective and wait for it with the group's timeout.
@@ -316,64 +291,3 @@ class TPCommunicator:
         )
 
 
-_MAX_TIMEOUT_S = 365 * 24 * 3600.0  # a year: beyond it a "timeout" is a hang
-_UNTOUCHED = "the input tensor is unchanged (the result was never returned)"
-_DEAD = "; the group is unusable now (the collective may still be pending): end the process"
-_OP_NAMES = ("sum", "max", "min", "product")
-_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "barrier")
-_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64, torch.int32, torch.int16,
-           torch.int8, torch.uint8, torch.bool, torch.float8_e4m3fn, torch.float8_e5m2)
-_MAX_DIMS = 8
-_DESC_LEN = 4 + _MAX_DIMS  # collective, dtype, extra, ndim, dims (the 8th holds the product of the rest)
-
-
-def _op_code(op) -> int:
-    """1.. for a known reduction, 0 for anything else (refused after the exchange)."""
-    return _OP_NAMES.index(op) + 1 if op in _OP_NAMES else 0
-
-
-def _dim_code(tensor, dim) -> int:
-    """``dim`` counted from 0 (-1 and ndim-1 agree); out of range: as given."""
-    n = tensor.dim()
-    return dim % n if isinstance(dim, int) and n and -n <= dim < n else (dim if isinstance(dim, int) else -99)
-
-
-def _check_dim(collective: str, tensor, dim) -> None:
-    n = tensor.dim()
-    if isinstance(dim, bool) or not isinstance(dim, int) or not -max(n, 1) <= dim < max(n, 1):
-        raise ValueError(f"{collective}: dim {dim!r} is out of range for a {n}-D tensor")
-
-
-def _describe(collective: str, tensor, extra: int) -> list[int]:
-    """A fixed-length description of one call (same length on every rank)."""
-    row = [_COLLECTIVES.index(collective), -1, int(extra), -1] + [-1] * _MAX_DIMS
-    if tensor is not None:
-        shape = list(tensor.shape)
-        if len(shape) > _MAX_DIMS:
-            shape = shape[: _MAX_DIMS - 1] + [math.prod(shape[_MAX_DIMS - 1 :])]
-        row[1] = _DTYPES.index(tensor.dtype) if tensor.dtype in _DTYPES else len(_DTYPES)
-        row[3] = tensor.dim()
-        row[4 : 4 + len(shape)] = shape
-    return row
-
-
-def _describe_text(row: list[int]) -> str:
-    name = _COLLECTIVES[row[0]] if 0 <= row[0] < len(_COLLECTIVES) else "?"
-    if row[3] < 0:
-        return f"{name}()"
-    dtype = str(_DTYPES[row[1]]).replace("torch.", "") if 0 <= row[1] < len(_DTYPES) else "other dtype"
-    shape = row[4 : 4 + min(row[3], _MAX_DIMS)]
-    extra = row[2]
-    op = lambda code: _OP_NAMES[code - 1] if 1 <= code <= len(_OP_NAMES) else "unknown op"  # noqa: E731
-    arg = {"all_reduce": lambda: op(extra), "broadcast": lambda: f"src {extra}", "all_gather": lambda: f"dim {extra}",
-           "reduce_scatter": lambda: f"dim {extra // 8}, {op(extra % 8)}"}.get(name, lambda: str(extra))()
-    return f"{name}({dtype}{shape}, {arg})"
-
-
-def _reduce_op(op: str):
-    ops = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN, "product": dist.ReduceOp.PRODUCT}
-    if op == "avg":
-        raise ValueError("op='avg' is not portable across backends; sum and divide by world_size")
-    if op not in ops:
-        raise ValueError(f"unknown reduction {op!r}; expected one of {', '.join(ops)}")
-    return ops[op]
