@@ -112,11 +112,11 @@ def disagreement(rows: list[list[int]], world: int) -> str | None:
             masked[a] = masked[b] = [-1] * world
         return masked
 
-    if any(key(row) != key(rows[0]) for row in rows):
-        return "the ranks' calls do not match"
     bad = [r for r, row in enumerate(rows) if row[_PROBLEM]]
     if bad:
         return f"rank(s) {', '.join(map(str, bad))} passed arguments that were refused"
+    if any(key(row) != key(rows[0]) for row in rows):
+        return "the ranks' calls do not match"
     if name == "all_to_all":
         for r, row in enumerate(rows):
             recv = row[b]

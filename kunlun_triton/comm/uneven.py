@@ -72,7 +72,10 @@ def _check_out(collective: str, out, tensor, rows: int) -> None:
 def _bytes(t: torch.Tensor) -> torch.Tensor:
     """Rows of ``t`` (contiguous) as uint8 rows: what a data-moving collective
     sends, in any dtype (gloo's alltoall has no float8)."""
-    return t.reshape(t.shape[0], math.prod(t.shape[1:])).view(torch.uint8)
+    width = math.prod(t.shape[1:])
+    if t.numel() == 0:  # an empty reshape may carry a 0 stride, which view() refuses
+        return torch.empty((t.shape[0], width * t.element_size()), dtype=torch.uint8, device=t.device)
+    return t.reshape(t.shape[0], width).view(torch.uint8)
 
 
 class UnevenCollectives:
@@ -157,7 +160,10 @@ class UnevenCollectives:
         counts = problem = None
         try:
             _rows(name, tensor)
-            reduce_op(op)
+            try:
+                reduce_op(op)
+            except ValueError as exc:
+                raise ValueError(f"{name}: {exc}") from None
             counts = as_splits(sizes, world, name, "sizes")
             if sum(counts) != tensor.shape[0]:
                 raise ValueError(f"{name}: sizes {counts} sum to {sum(counts)}, but tensor has "
