@@ -1,4 +1,4 @@
-"""`kunlun-triton` command line: doctor, bench, tune, inspect, convert-weights, models, regress, serve."""
+"""`kunlun-triton` command line: doctor, bench, tune, inspect, convert-weights, models, regress, serve, scale-out."""
 
 from __future__ import annotations
 
@@ -99,6 +99,8 @@ def build_parser() -> argparse.ArgumentParser:
         ("regress", "kunlun_triton.sglang_plugin.regress", "main",
          "record a model's greedy outputs and top-5 logprobs as a golden file, or compare with one"),
         ("serve", "kunlun_triton.sglang_plugin.serve", "serve_main", "sglang.launch_server on the kunlun platform"),
+        ("scale-out", "kunlun_triton.tools.scale_out", "main",
+         "bytes per MoE layer and token at EP 2/4/8 vs TP; --host-time: collectives vs torch.distributed"),
     ):
         p = sub.add_parser(name, help=text, add_help=False)
         p.add_argument("rest", nargs=argparse.REMAINDER)
@@ -113,7 +115,7 @@ def main(argv=None) -> int:
         from .tools.speculative_bench import main as speculative_main
 
         return speculative_main(argv[2:])
-    if argv and argv[0] in ("tune", "inspect", "convert-weights", "models", "regress", "serve"):
+    if argv and argv[0] in ("tune", "inspect", "convert-weights", "models", "regress", "serve", "scale-out"):
         # argparse's REMAINDER drops a leading option (`convert-weights --model-path ...`),
         # so these commands get their arguments untouched and parse them themselves
         args = parser.parse_args(argv[:1])

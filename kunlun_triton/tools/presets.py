@@ -44,6 +44,11 @@ MODEL_PRESETS = {
         ModelPreset("qwen2.5-14b", 5120, 13824, 40, 8, 128, 152064, 48, 1000000.0),
         ModelPreset("qwen3-30b-a3b", 2048, 6144, 32, 4, 128, 151936, 48, 1000000.0, 128, 8, 768),
         ModelPreset("mixtral-8x7b", 4096, 14336, 32, 8, 128, 32000, 32, 1000000.0, 8, 2, 14336),
+        ModelPreset("qwen3-235b-a22b", 4096, 12288, 64, 4, 128, 151936, 94, 1000000.0, 128, 8, 1536),
+        # MLA attention (kv_lora_rank 512, qk 128 + 64 rope dims): the head fields
+        # are its v_head_dim and 16 heads, for the MoE and dense ops' shapes;
+        # 64 routed experts (+2 shared, not routed), top-6
+        ModelPreset("deepseek-v2-lite", 2048, 10944, 16, 16, 128, 102400, 27, 10000.0, 64, 6, 1408),
     )
 }
 DEFAULT_PRESET = "llama-3-8b"
