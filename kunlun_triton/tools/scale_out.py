@@ -42,17 +42,19 @@ def bytes_table(models, worlds, tokens: int, dtype_bytes: int) -> str:
 
     lines = ["| model | N | " + " | ".join(f"{s} B/token" for s in SCHEMES) + " | a2a / tp | other ranks per token (a2a) |",
              "|" + "---|" * (len(SCHEMES) + 4)]
+    skipped = []
     for name in models:
         p = MODEL_PRESETS[name]
         for world in worlds:
-            if p.num_experts % world or tokens % world:
+            if p.num_experts % world:
+                skipped.append(f"{name} at N={world} ({p.num_experts} experts do not split over {world} ranks)")
                 continue
             cells = [layer_bytes_per_token(s, p.hidden_size, p.num_experts, p.num_experts_per_tok, world,
                                            dtype_bytes, tokens).send for s in SCHEMES]
             d = distinct_remote_ranks(p.num_experts, p.num_experts_per_tok, world)
             lines.append(f"| {name} | {world} | " + " | ".join(f"{c:.1f}" for c in cells)
                          + f" | {cells[-1] / cells[0]:.2f} | {d:.2f} |")
-    return "\n".join(lines)
+    return "\n".join(lines + [f"\nskipped: {', '.join(skipped)}"] * bool(skipped))
 
 
 # ------------------------------------------------------------ host time
@@ -151,6 +153,9 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=positive_int, default=7, help="--host-time: interleaved rounds (7)")
     parser.add_argument("--calls", type=positive_int, default=20, help="--host-time: calls per round (20)")
     args = parser.parse_args(argv)
+    uneven = [w for w in args.world if args.tokens % w]
+    if uneven:
+        parser.error(f"--tokens {args.tokens} is not a multiple of --world {uneven[0]} (balanced ranks)")
     if args.host_time:
         print(host_time_table(args.ranks, args.rounds, args.calls))
         return 0

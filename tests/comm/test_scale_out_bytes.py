@@ -55,3 +55,17 @@ def test_scale_out_table_rows(capsys):
         row = next(line for line in text.splitlines() if line.startswith(f"| qwen3-30b-a3b | {world} |"))
         cells = [c.strip() for c in row.strip("|").split("|")]
         assert [float(c) for c in cells[2:6]] == pytest.approx([tp, tp, dp, a2a], abs=0.51), row
+
+
+@pytest.mark.parametrize("argv, named", [
+    (["--world", "1"], "--world"), (["--world", "2,x"], "--world"), (["--model", "llama-3-8b"], "--model"),
+    (["--tokens", "0"], "--tokens"), (["--tokens", "1001"], "--tokens"), (["--ranks", "0", "--host-time"], "--ranks"),
+])
+def test_a_bad_command_line_is_named(argv, named, capsys):
+    from kunlun_triton.cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main(["scale-out", *argv])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert "error:" in err and named in err and "Traceback" not in err, err
