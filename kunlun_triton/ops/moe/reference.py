@@ -48,6 +48,12 @@ def moe_topk(
     """
     logits = router_logits.float()
     tokens, experts = logits.shape
+    if scoring == "topk_softmax":  # gpt-oss: the K largest logits, softmax over those K
+        ids = _stable_topk_indices(logits, top_k)
+        weights = logits.gather(1, ids).softmax(dim=-1)
+        if routed_scaling_factor is not None:
+            weights = weights * routed_scaling_factor
+        return weights.float(), ids.to(torch.int32)
     scores = logits.softmax(dim=-1) if scoring == "softmax" else logits.sigmoid()
     choice = scores if correction_bias is None else scores + correction_bias.float()[None, :]
     if num_expert_group:
