@@ -24,7 +24,8 @@ agree); e = 255 is NaN (the OCP spec; HF's ldexp and gguf would give
 2 ** 128 there, which no real checkpoint holds).
 
 A decoded value times its scale is exact in bf16 and fp32 (2 significant
-bits, exponents within their range); in fp16 large or tiny scales round.
+bits) while it stays in their range (e = 254 with |value| >= 2 overflows
+to inf, as in gguf's decoder); in fp16 large or tiny scales round.
 """
 
 import triton
