@@ -42,87 +42,63 @@ tiles): `expert_kernels`.
 from __future__ import annotations
 
 import operator
+from typing import NamedTuple
 
 import torch
 import triton
 
 from ...runtime import capabilities, launch_options, plan_cache, use_triton
-from ...runtime.dtypes import FLOAT_DTYPES, INDEX_DTYPES
 from ..spec import explicit_config, lookup_config
 from ..launch import KernelLaunch, LaunchSequence, constexpr_args, run_keywords
-from ..validation import (
-    checked_mode,
-    power_of_two_at_most,
-    require_choice,
-    require_same,
-    require_same_device,
-    require_tensor,
-)
+from ..validation import checked_mode, power_of_two_at_most, require_choice, require_same, require_same_device, require_tensor
 from ..quant.ops import MAX_EXACT_BLOCK_K, per_token_quant_int8
 from . import align, reference
+from .experts_checks import (
+    ACTIVATIONS,
+    FORMULATIONS,
+    OP,
+    check_ids,
+    validate,
+    validate_gemm1,
+    validate_scales,
+)
 from .expert_kernels import moe_down_kernel, moe_gate_up_kernel, moe_sum_kernel
+from .mxfp4 import MXFP4_BLOCK
 from .tiles import dot_block
 
-OP = "fused_experts"
-ACTIVATIONS = ("silu", "gelu", "gelu_tanh")  # SGLang's names; "gelu" is exact (erf), as its Triton runner
-FORMULATIONS = ("dot", "sum")
-MAX_TOP_K = 32
-MAX_EXPERTS = 1024
 SUM_TILE_CAP = 32768  # tl.sum formulation: BLOCK_M x BLOCK_K x BLOCK_N products per step
 SUM_KERNEL_TILE = 4096  # moe_sum_kernel: tokens x columns per program
 
 
-def _validate(x, w13, w2, topk_weights, topk_ids, activation, formulation, int8=False):
-    require_tensor(OP, "hidden_states", x, ndim=2)
-    weight_dtypes = (torch.int8,) if int8 else FLOAT_DTYPES  # use_int8_w8a8: int8 experts
-    require_tensor(OP, "w13", w13, dtypes=weight_dtypes, ndim=3)
-    require_tensor(OP, "w2", w2, dtypes=weight_dtypes, ndim=3)
-    require_tensor(OP, "topk_weights", topk_weights, ndim=2)
-    require_tensor(OP, "topk_ids", topk_ids, dtypes=INDEX_DTYPES, ndim=2)
-    require_choice(OP, "activation", activation, ACTIVATIONS)
-    if formulation is not None:
-        require_choice(OP, "formulation", formulation, FORMULATIONS)
-    tokens, hidden = x.shape
-    experts, two_inter = w13.shape[0], w13.shape[1]
-    if two_inter % 2 or two_inter == 0:
-        raise ValueError(f"{OP}: w13 must hold gate and up rows [E, 2I, H], got shape {tuple(w13.shape)}")
-    inter = two_inter // 2
-    require_same(OP, "w13's shape and (E, 2I, hidden size)", w13=tuple(w13.shape),
-                 expected=(experts, 2 * inter, hidden))  # fmt: skip
-    require_same(OP, "w2's shape and (E, hidden size, I)", w2=tuple(w2.shape), expected=(experts, hidden, inter))
-    if not int8:
-        require_same(OP, "dtypes of hidden_states and the expert weights", hidden_states=x.dtype, w13=w13.dtype,
-                     w2=w2.dtype)  # fmt: skip
-    require_same(OP, "shapes of topk_weights and topk_ids", topk_weights=tuple(topk_weights.shape),
-                 topk_ids=tuple(topk_ids.shape))  # fmt: skip
-    top_k = topk_ids.shape[1]
-    if topk_ids.shape[0] != tokens:
-        raise ValueError(f"{OP}: topk_ids has {topk_ids.shape[0]} rows but hidden_states has {tokens} tokens")
-    if not 1 <= top_k <= MAX_TOP_K:
-        raise ValueError(f"{OP}: topk_ids must have 1..{MAX_TOP_K} columns (K), got {top_k}")
-    if not 1 <= experts <= MAX_EXPERTS:
-        raise ValueError(f"{OP}: w13 must hold 1..{MAX_EXPERTS} experts, got {experts}")
-    require_same_device(OP, hidden_states=x, w13=w13, w2=w2, topk_weights=topk_weights, topk_ids=topk_ids)
-    return tokens, hidden, experts, inter, top_k
+class Gemm1(NamedTuple):
+    """The epilogue options of a plan (hashable: part of its cache key).
+    activation: `gated_activation`'s code (3: gpt-oss's clamped SwiGLU, 4:
+    SGLang's limit-only clamp); interleaved: gate and up rows alternate."""
+
+    activation: int = 0
+    alpha: float = 0.0
+    limit: float = 0.0
+    interleaved: bool = False
+    b1: bool = False
+    b2: bool = False
 
 
-def _validate_scales(w13_scale, w2_scale, experts, hidden, inter):
-    """use_int8_w8a8: per-output-channel fp32 scales, [E, 2I, 1] and [E, H, 1]
-    (SGLang's W8A8Int8MoEMethod) or without the trailing 1, contiguous."""
-    for name, t, rows in (("w13_scale", w13_scale, 2 * inter), ("w2_scale", w2_scale, hidden)):
-        if t is None:
-            raise ValueError(f"{OP}: {name} is None; use_int8_w8a8 needs per-output-channel fp32 scales")
-        require_tensor(OP, name, t, dtypes=(torch.float32,), min_ndim=2, max_ndim=3)
-        if tuple(t.shape[:2]) != (experts, rows) or t.numel() != experts * rows or not t.is_contiguous():
-            raise ValueError(f"{OP}: {name} must be a contiguous fp32 [{experts}, {rows}, 1] tensor, got shape "
-                             f"{tuple(t.shape)} with strides {t.stride()}")  # fmt: skip
+def gemm1_options(activation, gemm1_alpha=None, gemm1_limit=None, gate_up_interleaved=None, b1=None, b2=None) -> Gemm1:
+    """SGLang's arguments as a `Gemm1`. gate_up_interleaved None: SGLang's
+    default, interleaved exactly when gemm1_alpha is given (its runner reads
+    the flag only there)."""
+    if gemm1_alpha is not None:
+        code = 3
+    elif gemm1_limit is not None:
+        code = 4
+    else:
+        code = ACTIVATIONS.index(activation) if activation in ACTIVATIONS else 0
+    interleaved = gemm1_alpha is not None if gate_up_interleaved is None else bool(gate_up_interleaved)
+    return Gemm1(code, float(gemm1_alpha or 0.0), float(gemm1_limit or 0.0), interleaved, b1 is not None,
+                 b2 is not None)  # fmt: skip
 
 
-def _check_ids(topk_ids, experts):
-    lo, hi = torch.aminmax(topk_ids)
-    lo, hi = int(lo), int(hi)
-    if lo < 0 or hi >= experts:
-        raise ValueError(f"{OP}: topk_ids holds expert id {lo if lo < 0 else hi}, outside [0, {experts})")
+PLAIN = {a: Gemm1(i) for i, a in enumerate(ACTIVATIONS)}
 
 
 def _tiles(config, key, size, use_dot, default_key=None):
@@ -137,8 +113,10 @@ class _Plan:
     """What a shape class launches with: block sizes and a `KernelLaunch` per kernel."""
 
     def __init__(self, experts, top_k, hidden, inter, dtype, activation, on_input, formulation, config, caps=None,
-                 int8=False):  # fmt: skip
+                 weights="float", gemm1=None):  # fmt: skip
         caps = caps or capabilities()
+        gemm1 = gemm1 or PLAIN[activation]
+        int8, mxfp4 = weights == "int8", weights == "mxfp4"
         name = formulation or config.get("formulation") or ("dot" if caps.has_dot else "sum")
         require_choice(OP, "formulation", name, FORMULATIONS)
         use_dot = name == "dot"
@@ -158,6 +136,8 @@ class _Plan:
                 dbk //= 2
         if int8:  # a float step of int8 products stays exact up to 1024 of them
             bk, dbk = min(bk, MAX_EXACT_BLOCK_K), min(dbk, MAX_EXACT_BLOCK_K)
+        if mxfp4:  # whole 32-element scale groups per step, dividing K (no K mask in that loop)
+            bk, dbk = _group_tile(bk, hidden), _group_tile(dbk, inter)
         # every kernel with its constexprs (`ops.launch`); the config's num_warps / num_stages are the GEMMs'
         keywords = run_keywords(launch_options(config))
 
@@ -165,10 +145,12 @@ class _Plan:
             return KernelLaunch(kernel, constexpr_args(kernel, **constexprs), keywords)
 
         common = dict(H=hidden, I=inter, BLOCK_M=bm, USE_DOT=use_dot, DOT_FP32=dot_fp32, ZERO_AFTER_LOAD=zero,
-                      W8A8=w8a8)  # fmt: skip
+                      W8A8=w8a8, MXFP4=mxfp4)  # fmt: skip
         self.gate_up = bind(moe_gate_up_kernel, keywords, **common, TOP_K=top_k, BLOCK_N=bn, BLOCK_K=bk,
-                            ACTIVATION=ACTIVATIONS.index(activation), WEIGHT_ON_INPUT=on_input)  # fmt: skip
-        self.down = bind(moe_down_kernel, keywords, **common, BLOCK_N=dbn, BLOCK_K=dbk, MUL_WEIGHT=not on_input)
+                            ACTIVATION=gemm1.activation, WEIGHT_ON_INPUT=on_input, INTERLEAVED=gemm1.interleaved,
+                            HAS_BIAS=gemm1.b1, ALPHA=gemm1.alpha, LIMIT=gemm1.limit)  # fmt: skip
+        self.down = bind(moe_down_kernel, keywords, **common, BLOCK_N=dbn, BLOCK_K=dbk, MUL_WEIGHT=not on_input,
+                         HAS_BIAS=gemm1.b2)  # fmt: skip
         self.gate_up_tiles, self.down_tiles = -(-inter // bn), -(-hidden // dbn)
         block_e = triton.next_power_of_2(experts)
         tile = power_of_two_at_most(int(config.get("ALIGN_TILE", align.ALIGN_TILE)))
@@ -182,11 +164,15 @@ class _Plan:
         self.sum_cols = -(-hidden // block_h)
         self.sum = bind(moe_sum_kernel, H=hidden, E=experts, TOP_K=top_k, BLOCK_T=self.sum_rows, BLOCK_H=block_h,
                         ZERO_AFTER_LOAD=zero)  # fmt: skip
-        # A decode's launches (n <= SINGLE_PROGRAM_SLOTS, float experts): one
-        # sequence, keyed once over `_DECODE_ARGS`, grids sized per call.
-        steps = [(self.align_single, _DECODE_PICKS["align"]), (self.gate_up, _DECODE_PICKS["gate_up"]),
-                 (self.down, _DECODE_PICKS["down"])] + ([(self.sum, _DECODE_PICKS["sum"])] if top_k > 1 else [])  # fmt: skip
-        self.decode = LaunchSequence([(launch, None, pick) for launch, pick in steps], len(_DECODE_ARGS))
+        # A decode's launches (n <= SINGLE_PROGRAM_SLOTS, float or MXFP4 experts):
+        # one sequence, keyed once over `_DECODE_ARGS` (and, with scales or
+        # biases, `_EXTRA_ARGS` after them), grids sized per call.
+        self.extended = mxfp4 or gemm1.b1 or gemm1.b2
+        picks = _DECODE_PICKS[self.extended]
+        steps = [(self.align_single, picks["align"]), (self.gate_up, picks["gate_up"]), (self.down, picks["down"])] \
+            + ([(self.sum, picks["sum"])] if top_k > 1 else [])  # fmt: skip
+        self.decode = LaunchSequence([(launch, None, pick) for launch, pick in steps],
+                                     len(_DECODE_ARGS) + self.extended * len(_EXTRA_ARGS))  # fmt: skip
 
 
 # The decode sequence's argument tuple and each launch's pick of it; K = 1's
@@ -195,29 +181,47 @@ class _Plan:
 _DECODE_ARGS = ("ids", "index", "n", "bound", "x", "w13", "scratch", "weights", "x_stride", "w13_stride_e",
                 "w13_stride_n", "none", "w2", "down_out", "down_offset", "w2_stride_e", "w2_stride_n",
                 "down_stride", "out", "tokens", "out_stride")  # fmt: skip
-_DECODE_PICKS = {
-    name: operator.itemgetter(*map(_DECODE_ARGS.index, args))
-    for name, args in {
-        "align": ("ids", "index", "n", "bound"),
-        "gate_up": ("x", "w13", "scratch", "index", "bound", "weights", "x_stride", "w13_stride_e", "w13_stride_n",
-                    "none", "none"),
-        "down": ("scratch", "w2", "down_out", "down_offset", "index", "bound", "weights", "w2_stride_e",
-                 "w2_stride_n", "down_stride", "none", "none"),
-        "sum": ("scratch", "down_offset", "ids", "out", "tokens", "out_stride"),
-    }.items()
-}  # fmt: skip
+_EXTRA_ARGS = ("w13_scale", "w2_scale", "b1", "b2")
+
+
+def _decode_picks(extended: bool) -> dict:
+    names = _DECODE_ARGS + _EXTRA_ARGS if extended else _DECODE_ARGS
+    extra = _EXTRA_ARGS if extended else ("none",) * 4
+    return {
+        name: operator.itemgetter(*map(names.index, args))
+        for name, args in {
+            "align": ("ids", "index", "n", "bound"),
+            "gate_up": ("x", "w13", "scratch", "index", "bound", "weights", "x_stride", "w13_stride_e", "w13_stride_n",
+                        "none", extra[0], extra[2]),
+            "down": ("scratch", "w2", "down_out", "down_offset", "index", "bound", "weights", "w2_stride_e",
+                     "w2_stride_n", "down_stride", "none", extra[1], extra[3]),
+            "sum": ("scratch", "down_offset", "ids", "out", "tokens", "out_stride"),
+        }.items()
+    }  # fmt: skip
+
+
+_DECODE_PICKS = {extended: _decode_picks(extended) for extended in (False, True)}
+
+
+def _group_tile(tile: int, size: int) -> int:
+    """The largest power-of-two multiple of 32 at most max(tile, 32) dividing `size` (a multiple of 32)."""
+    tile = max(tile, MXFP4_BLOCK)
+    while size % tile:
+        tile //= 2
+    return tile
 
 
 @plan_cache
-def _plan(bucket, experts, top_k, hidden, inter, dtype, activation, on_input, formulation, int8=False,
-          config=None) -> _Plan:  # fmt: skip
+def _plan(bucket, experts, top_k, hidden, inter, dtype, activation, on_input, formulation, weights="float",
+          gemm1=None, config=None) -> _Plan:  # fmt: skip
     """The launch plan of a shape class (token count rounded up to a power
     of two): resolved once per class, target and config directory (an
     explicit `config` builds afresh)."""
     require_choice(OP, "activation", activation, ACTIVATIONS)
     dims = dict(tokens=bucket, num_experts=experts, top_k=top_k, hidden_size=hidden, intermediate_size=inter)
     config = lookup_config(OP, **dims) if config is None else explicit_config(OP, config, **dims)
-    return _Plan(experts, top_k, hidden, inter, dtype, activation, on_input, formulation, config, int8=int8)
+    return _Plan(experts, top_k, hidden, inter, dtype, activation, on_input, formulation, config, weights=weights,
+                 gemm1=gemm1)  # fmt: skip
 
 
 def blocks_bound(n: int, experts: int, block_m: int) -> int:
@@ -261,8 +265,14 @@ def fused_experts(
     formulation: str | None = None,
     config: dict | None = None,
     use_int8_w8a8: bool = False,
+    use_mxfp4_w4a16: bool = False,
     w13_scale: torch.Tensor | None = None,
     w2_scale: torch.Tensor | None = None,
+    b1: torch.Tensor | None = None,
+    b2: torch.Tensor | None = None,
+    gemm1_alpha: float | None = None,
+    gemm1_limit: float | None = None,
+    gate_up_interleaved: bool | None = None,
 ) -> torch.Tensor:
     """The routed experts' output [T, H] in hidden_states' dtype (see the module doc).
 
@@ -271,6 +281,22 @@ def fused_experts(
     [E, H, 1]; x and the activation rows are quantized per token
     (`per_token_quant_int8`) and each GEMM accumulates exactly in int32,
     scaled by the token's and the channel's scales after its loop.
+
+    ``use_mxfp4_w4a16`` (gpt-oss's checkpoints, SGLang's Mxfp4MoEMethod
+    layout): w13 uint8 [E, 2I, H / 2] and w2 [E, H, I / 2] packed e2m1
+    (or the checkpoint's [..., K / 32, 16] blocks), `w13_scale` /
+    `w2_scale` their e8m0 scales uint8 [E, 2I, H / 32] / [E, H, I / 32];
+    x stays in its float dtype, the weights are decoded in the GEMM loops
+    (`mxfp4`). H and I multiples of 32.
+
+    gpt-oss's options, SGLang's names: `b1` [E, 2I] and `b2` [E, H] expert
+    biases, added after the GEMM (and its scales), before the routing
+    weight; `gemm1_alpha` with `gemm1_limit`: the clamped SwiGLU
+    min(g, limit) sigmoid(alpha min(g, limit)) (clamp(u, -limit, limit) + 1);
+    `gemm1_limit` alone: min(silu(g), limit) clamp(u, -limit, limit);
+    `gate_up_interleaved`: W13's gate and up rows alternate (2c, 2c + 1)
+    instead of [gate; up] (None: SGLang's default, interleaved when
+    gemm1_alpha is given).
 
     hidden_states [T, H] (rows may be strided); w13 [E, 2I, H] (gate rows,
     then up rows: SGLang's layout) and w2 [E, H, I], in hidden_states'
@@ -287,12 +313,16 @@ def fused_experts(
     hidden_states itself (SGLang's ``inplace``: the input is read in full
     before the output is written), no other tensor of the call.
     """
+    weights_format = "int8" if use_int8_w8a8 else "mxfp4" if use_mxfp4_w4a16 else "float"
+    if use_int8_w8a8 and use_mxfp4_w4a16:
+        raise ValueError(f"{OP}: use_int8_w8a8 and use_mxfp4_w4a16 exclude each other")
     if checked_mode(check):
-        tokens, hidden, experts, inter, top_k = _validate(hidden_states, w13, w2, topk_weights, topk_ids, activation,
-                                                          formulation, use_int8_w8a8)  # fmt: skip
-        if use_int8_w8a8:
-            _validate_scales(w13_scale, w2_scale, experts, hidden, inter)
+        tokens, hidden, experts, inter, top_k = validate(hidden_states, w13, w2, topk_weights, topk_ids, activation,
+                                                         formulation, weights_format)  # fmt: skip
+        if weights_format != "float":
+            validate_scales(w13_scale, w2_scale, experts, hidden, inter, weights_format)
             require_same_device(OP, hidden_states=hidden_states, w13_scale=w13_scale, w2_scale=w2_scale)
+        validate_gemm1(activation, gemm1_alpha, gemm1_limit, b1, b2, hidden_states, experts, hidden, inter)
         if out is not None:
             require_tensor(OP, "out", out, ndim=2)
             require_same(OP, "shapes of out and hidden_states", out=tuple(out.shape),
@@ -300,54 +330,62 @@ def fused_experts(
             require_same(OP, "dtypes of out and hidden_states", out=out.dtype, hidden_states=hidden_states.dtype)
             require_same_device(OP, hidden_states=hidden_states, out=out)
         if tokens:
-            _check_ids(topk_ids, experts)
+            check_ids(topk_ids, experts)
         tensors = (hidden_states, w13, w2, topk_weights, topk_ids)
     else:  # the launch's sizes only: the shapes and devices are the caller's promise
-        (tokens, hidden), experts, inter, top_k = hidden_states.shape, w13.shape[0], w2.shape[2], topk_ids.shape[1]
+        (tokens, hidden), experts, top_k = hidden_states.shape, w13.shape[0], topk_ids.shape[1]
+        inter = w13.shape[1] // 2
         tensors = (hidden_states,)
     if out is None:
         out = hidden_states.new_empty(tokens, hidden)
     if tokens == 0:
         return out
-    int8 = bool(use_int8_w8a8)
+    if use_mxfp4_w4a16 and w13.dim() == 4:  # gpt-oss's [E, N, K / 32, 16] blocks
+        w13, w2 = w13.flatten(2), w2.flatten(2)
+    gemm1 = gemm1_options(activation, gemm1_alpha, gemm1_limit, gate_up_interleaved, b1, b2)
     if not use_triton(OP, *tensors):
-        quant = dict(use_int8_w8a8=True, w13_scale=w13_scale, w2_scale=w2_scale) if int8 else {}
+        quant = dict(w13_scale=w13_scale, w2_scale=w2_scale, use_int8_w8a8=use_int8_w8a8,
+                     use_mxfp4_w4a16=use_mxfp4_w4a16) if weights_format != "float" else {}  # fmt: skip
         return out.copy_(reference.fused_experts(hidden_states, w13, w2, topk_weights, topk_ids, activation=activation,
-                                                 apply_router_weight_on_input=apply_router_weight_on_input,
-                                                 **quant))  # fmt: skip
+                                                 apply_router_weight_on_input=apply_router_weight_on_input, b1=b1,
+                                                 b2=b2, gemm1_alpha=gemm1_alpha, gemm1_limit=gemm1_limit,
+                                                 gate_up_interleaved=gemm1.interleaved, **quant))  # fmt: skip
     args = (1 << (tokens - 1).bit_length(), experts, top_k, hidden, inter, hidden_states.dtype, activation,
-            bool(apply_router_weight_on_input), formulation, int8)  # fmt: skip
+            bool(apply_router_weight_on_input), formulation, weights_format, gemm1 if gemm1 != PLAIN.get(activation)
+            else None)  # fmt: skip
     plan = _plan(*args) if config is None else _plan.uncached(*args, config)
     ids = topk_ids if topk_ids.is_contiguous() else topk_ids.contiguous()
     weights = topk_weights if topk_weights.is_contiguous() else topk_weights.contiguous()
     n = tokens * top_k
     # One scratch allocation: the sorted rows' act(gate) * up [n, I], then
-    # (K > 1) the slots' outputs [n, H] from a 64-element boundary (aligned
+    # (K > 1) the slot outputs [n, H] from a 64-element boundary (aligned
     # whatever n: Triton specialises the offset on its 16-divisibility).
     inter_size = -(-n * inter // 64) * 64
     scratch = hidden_states.new_empty(inter_size + n * hidden if top_k > 1 else n * inter)
+    int8 = weights_format == "int8"
     if n <= align.SINGLE_PROGRAM_SLOTS and not int8:  # a decode: its launches as one sequence
         bound = blocks_bound(n, experts, plan.block_m)
         index = ids.new_empty(3 * bound + n, dtype=torch.int32)
         down_out, down_offset, down_stride = (scratch, inter_size, hidden) if top_k > 1 else (out, 0, out.stride(0))
         plan.decode((ids, index, n, bound, hidden_states, w13, scratch, weights, hidden_states.stride(0),
                      *w13.stride()[:2], None, w2, down_out, down_offset, *w2.stride()[:2], down_stride, out, tokens,
-                     out.stride(0)),
+                     out.stride(0), *((w13_scale, w2_scale, b1, b2) if plan.extended else ())),
                     ((1, 1, 1), (bound, plan.gate_up_tiles, 1), (bound, plan.down_tiles, 1),
                      (-(-tokens // plan.sum_rows), plan.sum_cols, 1))[: 3 + (top_k > 1)])  # fmt: skip
         return out
     x, x_scale = per_token_quant_int8(hidden_states, check=False) if int8 else (hidden_states, None)
     index, bound = align_slots(ids, experts, plan)
     plan.gate_up((bound, plan.gate_up_tiles),
-        x, w13, scratch, index, bound, weights, x.stride(0), *w13.stride()[:2], x_scale, w13_scale)  # fmt: skip
+        x, w13, scratch, index, bound, weights, x.stride(0), *w13.stride()[:2], x_scale, w13_scale, b1)  # fmt: skip
     # W8A8: the activation rows quantized per row (SGLang's intermediate cache quantized per token)
     inter_rows, inter_scale = per_token_quant_int8(scratch[: n * inter].view(n, inter), check=False) if int8 \
         else (scratch, None)  # fmt: skip
     if top_k == 1:
         plan.down((bound, plan.down_tiles),
-            inter_rows, w2, out, 0, index, bound, weights, *w2.stride()[:2], out.stride(0), inter_scale, w2_scale)  # fmt: skip
+            inter_rows, w2, out, 0, index, bound, weights, *w2.stride()[:2], out.stride(0), inter_scale, w2_scale, b2)  # fmt: skip
         return out
     plan.down((bound, plan.down_tiles),
-        inter_rows, w2, scratch, inter_size, index, bound, weights, *w2.stride()[:2], hidden, inter_scale, w2_scale)  # fmt: skip
+        inter_rows, w2, scratch, inter_size, index, bound, weights, *w2.stride()[:2], hidden, inter_scale, w2_scale,
+        b2)  # fmt: skip
     plan.sum((-(-tokens // plan.sum_rows), plan.sum_cols), scratch, inter_size, ids, out, tokens, out.stride(0))
     return out

@@ -13,6 +13,16 @@ best remaining choice, the lowest expert id among equals" pick the experts
 the picked experts' scores, divided by their sum when renormalizing
 (+ 1e-20, SGLang's epsilon), times routed_scaling_factor. All maths fp32.
 NaN choices never win (they count as -inf); checked mode rejects NaN logits.
+
+``scoring="topk_softmax"`` (gpt-oss: HF's GptOssTopKRouter, the router's
+bias already in the logits): the K rounds pick the largest LOGITS and the
+weights are the softmax over those K logits only,
+
+    w_k = exp(l_k - l_best) / sum_j exp(l_j - l_best)      (j over the K picked)
+
+the same as softmax-then-renormalise wherever no score underflows; where
+logits lie more than ~100 apart the full softmax rounds the losers' scores
+to 0 and ties them, and only the logits still order them.
 """
 
 from __future__ import annotations
@@ -35,7 +45,7 @@ from ..validation import (
 from . import reference
 
 OP = "moe_topk"
-SCORINGS = ("softmax", "sigmoid")
+SCORINGS = ("softmax", "sigmoid", "topk_softmax")
 MAX_TOP_K = 32
 MAX_EXPERTS = 1024
 MAX_TILE = 8192  # ROWS x BLOCK_E fp32 values held per program
@@ -96,6 +106,7 @@ def moe_topk_kernel(
     BLOCK_K: tl.constexpr,
     ROWS: tl.constexpr,
     SIGMOID: tl.constexpr,
+    LOGIT_TOPK: tl.constexpr,
     HAS_BIAS: tl.constexpr,
     GROUPS: tl.constexpr,
     BLOCK_G: tl.constexpr,
@@ -110,7 +121,10 @@ def moe_topk_kernel(
     mask = row_ok & in_range
     x = tl.load(logits_ptr + rows.to(tl.int64) * logits_stride + experts, mask=mask)
     x = tl.where(mask, x.to(tl.float32), float("-inf"))  # padding must be -inf whatever the target
-    scores = _scores(x, SIGMOID)
+    if LOGIT_TOPK:  # choose on the logits; the weights below: their softmax over the K
+        scores = x
+    else:
+        scores = _scores(x, SIGMOID)
     choice = scores
     if HAS_BIAS:
         bias = tl.load(bias_ptr + experts, mask=in_range)
@@ -131,7 +145,10 @@ def moe_topk_kernel(
         weights = tl.where(slots == k, tl.sum(tl.where(picked, scores, 0.0), 1)[:, None], weights)
         ids = tl.where(slots == k, pick[:, None], ids)
         open_expert = open_expert & (experts != pick[:, None])
-    if RENORMALIZE:
+    if LOGIT_TOPK:  # slot 0 holds the best logit; slots >= TOP_K drop out
+        p = tl.where(slots < TOP_K, tl.exp(weights - tl.max(tl.where(slots == 0, weights, NO_CHOICE), 1)[:, None]), 0.0)
+        weights = p / tl.sum(p, 1)[:, None]
+    elif RENORMALIZE:
         weights = weights / (tl.sum(weights, 1)[:, None] + 1e-20)  # slots >= TOP_K hold 0
     if SCALE:
         weights = weights * scaling
@@ -179,12 +196,15 @@ def _plan(experts, top_k, scoring, has_bias, num_expert_group, topk_group, scale
         if has_bias and experts // groups < 2:
             raise ValueError(f"{OP}: with a correction_bias a group scores its top 2 experts; groups of "
                              f"{experts // groups} expert cannot")  # fmt: skip
+    if scoring == "topk_softmax" and (has_bias or groups or not renormalize):
+        raise ValueError(f"{OP}: scoring='topk_softmax' (gpt-oss) takes no correction_bias and no expert groups, and "
+                         "its weights are normalised (renormalize=True)")  # fmt: skip
     config = lookup_config(OP, num_experts=experts) if config is None else \
         explicit_config(OP, config, num_experts=experts)  # fmt: skip
     block_e = triton.next_power_of_2(experts)
     rows = max(1, min(power_of_two_at_most(config["ROWS_PER_PROGRAM"]), MAX_TILE // block_e))
     meta = dict(E=experts, BLOCK_E=block_e, TOP_K=top_k, BLOCK_K=triton.next_power_of_2(top_k), ROWS=rows,
-                SIGMOID=scoring == "sigmoid", HAS_BIAS=has_bias, GROUPS=groups,
+                SIGMOID=scoring == "sigmoid", LOGIT_TOPK=scoring == "topk_softmax", HAS_BIAS=has_bias, GROUPS=groups,
                 BLOCK_G=triton.next_power_of_2(max(groups, 1)), TOPK_GROUP=topk_group or 0,
                 RENORMALIZE=renormalize, SCALE=scaled)  # fmt: skip
     launch = KernelLaunch(moe_topk_kernel, constexpr_args(moe_topk_kernel, **meta), run_keywords(launch_options(config)))
@@ -210,7 +230,9 @@ def moe_topk(
     (topk_weights fp32 [T, K], topk_ids int32 [T, K]), best choice first,
     ties to the lower expert id. `correction_bias` [E] shifts the choice
     only (DeepSeek-V3's e_score_correction_bias); `num_expert_group` /
-    `topk_group` restrict the choice to the best groups. The scalar
+    `topk_group` restrict the choice to the best groups. ``scoring``:
+    "softmax", "sigmoid", or "topk_softmax" (gpt-oss: the K largest logits,
+    weighted by the softmax over those K; see the module doc). The scalar
     arguments are validated once per shape class; checked mode (`check`,
     ``KUNLUN_TRITON_CHECK``) also validates the tensors and rejects NaN and
     +inf logits (a sync).

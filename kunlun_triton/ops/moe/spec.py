@@ -204,12 +204,20 @@ def fused_experts_kernels(shape, dtype, config) -> list[KernelSpec]:
     tokens, experts, top_k = shape["tokens"], shape["num_experts"], shape["top_k"]
     hidden, inter = shape["hidden_size"], shape["intermediate_size"]
     meta = lambda *size, dtype=dtype: torch.empty(*size, dtype=dtype, device="meta")  # noqa: E731
-    wdt = torch.int8 if shape.get("int8") else dtype  # "int8": SGLang's W8A8-INT8 experts
     x = meta(tokens, hidden)
-    w13, w2 = meta(experts, 2 * inter, hidden, dtype=wdt), meta(experts, hidden, inter, dtype=wdt)
     weights, ids = meta(tokens, top_k, dtype=torch.float32), meta(tokens, top_k, dtype=torch.int32)
-    quant = dict(use_int8_w8a8=True, w13_scale=meta(experts, 2 * inter, 1, dtype=torch.float32),
-                 w2_scale=meta(experts, hidden, 1, dtype=torch.float32)) if shape.get("int8") else {}  # fmt: skip
+    if shape.get("mxfp4"):  # gpt-oss's MXFP4 experts: packed nibbles and e8m0 scales
+        w13, w2 = meta(experts, 2 * inter, hidden // 2, dtype=torch.uint8), meta(experts, hidden, inter // 2, dtype=torch.uint8)
+        quant = dict(use_mxfp4_w4a16=True, w13_scale=meta(experts, 2 * inter, hidden // 32, dtype=torch.uint8),
+                     w2_scale=meta(experts, hidden, inter // 32, dtype=torch.uint8))  # fmt: skip
+    else:
+        wdt = torch.int8 if shape.get("int8") else dtype  # "int8": SGLang's W8A8-INT8 experts
+        w13, w2 = meta(experts, 2 * inter, hidden, dtype=wdt), meta(experts, hidden, inter, dtype=wdt)
+        quant = dict(use_int8_w8a8=True, w13_scale=meta(experts, 2 * inter, 1, dtype=torch.float32),
+                     w2_scale=meta(experts, hidden, 1, dtype=torch.float32)) if shape.get("int8") else {}  # fmt: skip
+    if shape.get("gpt_oss"):  # biases, interleaved gate/up rows, clamped SwiGLU (SGLang's gemm1_* names)
+        quant.update(b1=meta(experts, 2 * inter, dtype=torch.bfloat16), b2=meta(experts, hidden, dtype=torch.bfloat16),
+                     gemm1_alpha=1.702, gemm1_limit=7.0)  # fmt: skip
     call = lambda: fused_experts(x, w13, w2, weights, ids, activation=shape.get("activation", "silu"),  # noqa: E731
                                  check=False, config=config, **quant)
     target = _compile_target()

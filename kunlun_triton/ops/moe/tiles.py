@@ -39,22 +39,37 @@ def tile_matmul(a, b, acc, USE_DOT: tl.constexpr, DOT_FP32: tl.constexpr):
 
 
 @triton.jit
-def gated_activation(gate, up, ACTIVATION: tl.constexpr):
+def _sigmoid(z):
+    e = tl.exp(-tl.abs(z))  # exp of a non-positive number: never overflows
+    return tl.where(z >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+
+
+@triton.jit
+def gated_activation(gate, up, ACTIVATION: tl.constexpr, ALPHA: tl.constexpr, LIMIT: tl.constexpr):
     """act(gate) * up in fp32. ACTIVATION 0: silu(g) = g / (1 + exp(-g)),
     1: exact gelu(g) = g / 2 * (1 + erf(g / sqrt(2))),
-    2: gelu_tanh(g) = g / 2 * (1 + tanh(sqrt(2 / pi) * (g + 0.044715 g^3)))."""
+    2: gelu_tanh(g) = g / 2 * (1 + tanh(sqrt(2 / pi) * (g + 0.044715 g^3))),
+    3: gpt-oss's clamped SwiGLU (SGLang's gemm1_alpha + gemm1_limit):
+       g = min(g, LIMIT), u = clamp(up, -LIMIT, LIMIT), g sigmoid(ALPHA g) (u + 1),
+    4: SGLang's limit-only clamp (gemm1_limit without gemm1_alpha):
+       min(silu(g), LIMIT) clamp(up, -LIMIT, LIMIT)."""
     if ACTIVATION == 0:
-        e = tl.exp(-tl.abs(gate))  # exp of a non-positive number: never overflows
-        sigmoid = tl.where(gate >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
-        return gate * sigmoid * up
+        return gate * _sigmoid(gate) * up
     elif ACTIVATION == 1:
         return 0.5 * gate * (1.0 + tl.erf(gate * SQRT_HALF)) * up
-    else:
+    elif ACTIVATION == 2:
         # tanh(|z|) = (1 - e) / (1 + e), e = exp(-2|z|): no overflow, no tanh needed
         z = SQRT_2_OVER_PI * (gate + 0.044715 * gate * gate * gate)
         e = tl.exp(-2.0 * tl.abs(z))
         t = (1.0 - e) / (1.0 + e)
         return 0.5 * gate * (1.0 + tl.where(z >= 0, t, -t)) * up
+    elif ACTIVATION == 3:
+        g = tl.minimum(gate, LIMIT)
+        u = tl.minimum(tl.maximum(up, -LIMIT), LIMIT)
+        return g * _sigmoid(ALPHA * g) * (u + 1.0)
+    else:
+        u = tl.minimum(tl.maximum(up, -LIMIT), LIMIT)
+        return tl.minimum(gate * _sigmoid(gate), LIMIT) * u
 
 
 def dot_block(size: int, use_dot: bool) -> int:

@@ -75,3 +75,37 @@ def test_decode_alignment_kernel_fits_in_registers():
     (result,) = compile_ahead_of_time(single, targets=("cuda",), artifacts=True)
     cost = kernel_cost(result)
     assert cost["spill_bytes"] == 0 and cost["regs"] <= 96, cost
+
+
+GPT_OSS = {"num_experts": 32, "top_k": 4, "hidden_size": 2880, "intermediate_size": 2880, "gpt_oss": True}
+VARIANTS = [  # gpt-oss's constexpr variants: float / W8A8 / MXFP4 experts with its epilogue, decode and prefill
+    ({**GPT_OSS, "tokens": 1}, DOT),
+    ({**GPT_OSS, "tokens": 512}, SUM),
+    ({**GPT_OSS, "tokens": 1, "int8": True}, DOT),
+    ({**GPT_OSS, "tokens": 1, "mxfp4": True}, DOT),
+    ({**GPT_OSS, "tokens": 512, "mxfp4": True}, SUM),
+    ({**GPT_OSS, "tokens": 1, "mxfp4": True}, {**DOT, "BLOCK_K": 64, "BLOCK_M": 16, "BLOCK_N": 64}),
+]
+
+
+@pytest.mark.parametrize("shape, config", VARIANTS, ids=lambda v: "-".join(f"{k}" for k, x in v.items() if x is True)
+                         if "gpt_oss" in v else v.get("formulation"))  # fmt: skip
+def test_gpt_oss_variants_lower_without_spills(shape, config):
+    """The expert GEMMs with gpt-oss's options (biases, interleaved rows,
+    clamped SwiGLU; float, int8, MXFP4 weights) and the topk_softmax router
+    compile for sm_90 and gfx942 with no spilled register."""
+    from kunlun_triton.introspect import compile_ahead_of_time
+    from kunlun_triton.introspect.sass import kernel_cost
+
+    kernels = [k for k in SPECS["fused_experts"].kernels(shape, torch.bfloat16, config)
+               if k.kernel.endswith(("moe_gate_up_kernel", "moe_down_kernel"))]  # fmt: skip
+    assert {k.constexprs["MXFP4"] for k in kernels} == {bool(shape.get("mxfp4"))}
+    gate_up = next(k for k in kernels if k.kernel.endswith("moe_gate_up_kernel"))
+    assert gate_up.constexprs["ACTIVATION"] == 3 and gate_up.constexprs["INTERLEAVED"] and gate_up.constexprs["HAS_BIAS"]
+    kernels += SPECS["moe_topk"].kernels({"tokens": 4, "num_experts": 32, "top_k": 4, "scoring": "topk_softmax"},
+                                         torch.bfloat16, {"ROWS_PER_PROGRAM": 4})  # fmt: skip
+    results = compile_ahead_of_time(kernels, artifacts=True)
+    for r in results:
+        assert r["ok"], f"{r['spec'].label} on {r['target']}: {r.get('error')}"
+        cost = kernel_cost(r)
+        assert cost["spill_bytes"] == 0, f"{r['spec'].label} on {r['target']}: {cost}"

@@ -4,7 +4,8 @@ scores are either exactly tied or far apart."""
 
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import strategies
 from strategies import DEVICE
@@ -37,7 +38,8 @@ def oracle(logits, top_k, scoring="softmax", renormalize=True, correction_bias=N
                 group_score.append(members[0] + members[1] if correction_bias is not None else members[0])
             kept = sorted(range(num_expert_group), key=lambda g: (-group_score[g], g))[:topk_group]
             candidates = [e for e in candidates if e // size in kept]
-            near_tie[t] |= _near_tie(group_score)
+            # a group's score sums two choices: an exact tie in float64 need not be one in fp32
+            near_tie[t] |= _near_tie(group_score, exact_too=correction_bias is not None)
         near_tie[t] |= _near_tie([choice[e].item() for e in candidates])
         picked = sorted(candidates, key=lambda e: (-choice[e].item(), e))[:top_k]
         ids[t] = torch.tensor(picked)
@@ -48,9 +50,9 @@ def oracle(logits, top_k, scoring="softmax", renormalize=True, correction_bias=N
     return weights, ids, near_tie
 
 
-def _near_tie(values) -> bool:
+def _near_tie(values, exact_too=False) -> bool:
     v = sorted(values, reverse=True)
-    return any(0 < a - b < NEAR for a, b in zip(v, v[1:]))
+    return any((0 < a - b or exact_too) and a - b < NEAR for a, b in zip(v, v[1:]))
 
 
 def _check(logits, top_k, kwargs):
@@ -132,3 +134,62 @@ def test_reference_fallback_matches_the_oracle(monkeypatch):
     assert not near.any()
     assert torch.equal(ids.cpu().long(), expected_ids)
     assert_close(weights.cpu().double(), expected_w, dtype=torch.float32, atol=1e-6, rtol=1e-5)
+
+
+def gpt_oss_oracle(x, router_weight, router_bias, top_k):
+    """gpt-oss's router (HF transformers' GptOssTopKRouter) in float64: the
+    router linear layer adds its bias to the logits, the top-k of those
+    logits are the experts, their weights the softmax over the k chosen
+    logits only. Returns (logits, weights, ids)."""
+    logits = x.double() @ router_weight.double().t() + router_bias.double()
+    top, ids = torch.sort(logits, dim=-1, descending=True, stable=True)
+    top, ids = top[:, :top_k], ids[:, :top_k]
+    return logits, torch.softmax(top, dim=-1), ids
+
+
+@settings(max_examples=30, deadline=None)
+@given(experts=st.sampled_from([4, 8, 32, 128]), top_k=st.integers(1, 4), tokens=st.integers(1, 40), seed=strategies.seeds(),
+       spread=st.sampled_from([0.5, 4.0, 40.0]))
+def test_gpt_oss_routing(experts, top_k, tokens, seed, spread):
+    """gpt-oss routing is moe_topk(logits, k, scoring="topk_softmax") on the
+    biased router logits. Distinct logits from a wide range (spread 40: a
+    softmax over all E underflows for all but the best few experts and ties
+    the rest; choosing on the logits must not)."""
+    top_k = min(top_k, experts)
+    gen = torch.Generator().manual_seed(seed)
+    hidden = 16
+    x = torch.randn(tokens, hidden, generator=gen)
+    router_weight = torch.randn(experts, hidden, generator=gen) * spread / hidden**0.5
+    router_bias = torch.randn(experts, generator=gen) * spread
+    logits, expected_w, expected_ids = gpt_oss_oracle(x, router_weight, router_bias, top_k)
+    gaps = logits.sort(dim=-1, descending=True).values.diff(dim=-1).abs()
+    sure = (gaps[:, :top_k].min(dim=-1).values > 1e-4) if experts > top_k else torch.ones(tokens, dtype=torch.bool)
+    kunlun_triton.reset_dispatch_report()
+    weights, ids = moe_topk(logits.float().to(DEVICE), top_k, scoring="topk_softmax")
+    assert kunlun_triton.dispatch_report()["moe_topk"]["impl"] == "triton"
+    assert torch.equal(ids.cpu()[sure].long(), expected_ids[sure])
+    assert_close(weights.cpu()[sure].double(), expected_w[sure], dtype=torch.float32, atol=1e-6, rtol=1e-5)
+    # SGLang's gpt-oss TopK (softmax, renormalize=True) is the same routing where no score underflows
+    if spread < 4:
+        weights, ids = moe_topk(logits.float().to(DEVICE), top_k, renormalize=True)
+        assert torch.equal(ids.cpu()[sure].long(), expected_ids[sure])
+        assert_close(weights.cpu()[sure].double(), expected_w[sure], dtype=torch.float32, atol=1e-6, rtol=1e-5)
+
+
+def test_gpt_oss_routing_orders_experts_whose_softmax_underflows():
+    """Logits 200 apart: softmax over all E gives the two losers 0 each (a
+    tie, lower id first); the logits still say expert 2 beats expert 0."""
+    logits = torch.tensor([[-300.0, 0.0, -100.0, 1.0]], device=DEVICE)
+    weights, ids = moe_topk(logits, 3, scoring="topk_softmax")
+    assert ids.tolist() == [[3, 1, 2]]
+    expected = torch.softmax(torch.tensor([1.0, 0.0, -100.0], dtype=torch.float64), 0)
+    assert_close(weights.cpu().double()[0], expected, dtype=torch.float32, atol=1e-30, rtol=1e-5)
+    assert float(weights[0, 2]) > 0  # exp(-101) / (1 + e^-1) is a normal fp32 number
+
+
+@pytest.mark.parametrize("kwargs", [dict(renormalize=False), dict(correction_bias=torch.zeros(8)),
+                                    dict(num_expert_group=2, topk_group=1)])  # fmt: skip
+def test_gpt_oss_routing_refuses_options_it_does_not_have(kwargs):
+    kwargs = {k: v.to(DEVICE) if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
+    with pytest.raises(ValueError, match="moe_topk: scoring='topk_softmax'"):
+        moe_topk(torch.zeros(2, 8, device=DEVICE), 2, scoring="topk_softmax", **kwargs)
