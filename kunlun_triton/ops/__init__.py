@@ -1,5 +1,6 @@
 """Public ops, one folder per op family (`norm`, `activation`, `logits`,
-`rope`, `attention`, `sampling`, `moe`, `quant`), each holding its ``@triton.jit`` kernels, its
+`rope`, `attention`, `sampling`, `moe`, `quant`,
+`linear_attention`), each holding its ``@triton.jit`` kernels, its
 launchers (validate, pick a config, launch; or run the torch reference where
 no Triton target runs), its pure-torch reference and its specs (`spec.OpSpec`:
 the one registry of ops; what doctor, bench, tune and the plugin need). One
@@ -24,6 +25,7 @@ from .attention import (
     extend_attention,
     store_kv,
 )
+from .linear_attention import causal_conv1d, causal_conv1d_update
 from .logits import logit_softcap
 from .moe import fused_experts, moe_topk
 from .norm import fused_add_rms_norm, rms_norm
@@ -34,6 +36,8 @@ from .sampling import greedy, min_p_renorm_probs, renorm_probs, sample, top_k_re
 __all__ = [
     "DecodeWorkspace",
     "build_kv_indices",
+    "causal_conv1d",
+    "causal_conv1d_update",
     "decode_attention",
     "decode_split_plan",
     "decode_workspace",
