@@ -25,7 +25,12 @@ from .attention import (
     extend_attention,
     store_kv,
 )
-from .linear_attention import causal_conv1d, causal_conv1d_update
+from .linear_attention import (
+    causal_conv1d,
+    causal_conv1d_update,
+    gated_delta_rule_decode,
+    gated_delta_rule_prefill,
+)
 from .logits import logit_softcap
 from .moe import fused_experts, moe_topk
 from .norm import fused_add_rms_norm, rms_norm
@@ -44,6 +49,8 @@ __all__ = [
     "extend_attention",
     "fused_add_rms_norm",
     "fused_experts",
+    "gated_delta_rule_decode",
+    "gated_delta_rule_prefill",
     "gelu_and_mul",
     "greedy",
     "int8_scaled_mm",

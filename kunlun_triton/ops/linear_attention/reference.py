@@ -126,7 +126,7 @@ def _read_state(state_pool, slot, use, heads, key_dim, value_dim, device):
 
 
 def gated_delta_rule_prefill(q, k, v, a, b, A_log, dt_bias, state_pool, cache_indices, query_start_loc,
-                             has_initial_state=None, scale=None, *, qk_l2norm=True, max_len=None):  # fmt: skip
+                             has_initial_state=None, scale=None, *, qk_l2norm=True):  # fmt: skip
     """Requests back to back: q, k [T, H, K]; v [T, HV, V]; a, b [T, HV];
     each request starts from its slot's state (zeros where has_initial_state
     is false or the slot is negative) and writes its final state there.
