@@ -33,7 +33,7 @@ from .linear_attention import (
 )
 from .logits import logit_softcap
 from .moe import fused_experts, moe_topk
-from .norm import fused_add_rms_norm, rms_norm
+from .norm import fused_add_rms_norm, gated_rms_norm, rms_norm
 from .quant import int8_scaled_mm, per_token_quant_int8
 from .rope import rotary_embedding
 from .sampling import greedy, min_p_renorm_probs, renorm_probs, sample, top_k_renorm_probs, top_p_renorm_probs
@@ -51,6 +51,7 @@ __all__ = [
     "fused_experts",
     "gated_delta_rule_decode",
     "gated_delta_rule_prefill",
+    "gated_rms_norm",
     "gelu_and_mul",
     "greedy",
     "int8_scaled_mm",

@@ -82,7 +82,7 @@ def _mm_tn(a, b, USE_DOT: tl.constexpr):
 
 @triton.jit(do_not_specialize=["n_requests"])
 def gdn_decode_kernel(
-    q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, A_log_ptr, dt_bias_ptr, state_ptr, slots_ptr, out_ptr,
+    q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, alog_ptr, dt_bias_ptr, state_ptr, slots_ptr, out_ptr,
     n_requests, q_stride_t, q_stride_h, k_stride_t, k_stride_h, v_stride_t, v_stride_h, a_stride, b_stride,
     st_stride_slot, st_stride_h, st_stride_v, st_stride_k, out_stride_t, out_stride_h, scale,
     KEY_DIM: tl.constexpr, VALUE_DIM: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr,
@@ -109,7 +109,7 @@ def gdn_decode_kernel(
         k = k * (1.0 / tl.sqrt(tl.sum(k * k, axis=0) + L2_EPS))[None, :]
     v = tl.load(v_ptr + n * v_stride_t + hv * v_stride_h + vv, mask=vmask).to(tl.float32)
     g, beta = _gates(tl.load(a_ptr + n * a_stride + hv).to(tl.float32), tl.load(b_ptr + n * b_stride + hv).to(tl.float32),
-                     tl.load(A_log_ptr + hv).to(tl.float32), tl.load(dt_bias_ptr + hv).to(tl.float32))  # fmt: skip
+                     tl.load(alog_ptr + hv).to(tl.float32), tl.load(dt_bias_ptr + hv).to(tl.float32))  # fmt: skip
     s = s.to(tl.float32) * tl.exp(g)
     delta = beta * (v - tl.sum(s * k, axis=0))  # [BV]
     s = s + k * delta[None, :]
@@ -121,7 +121,7 @@ def gdn_decode_kernel(
 
 @triton.jit(do_not_specialize=["n_requests"])
 def gdn_prefill_kernel(
-    q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, A_log_ptr, dt_bias_ptr, state_ptr, slots_ptr, query_start_loc_ptr,
+    q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, alog_ptr, dt_bias_ptr, state_ptr, slots_ptr, query_start_loc_ptr,
     has_init_ptr, out_ptr,
     n_requests, q_stride_t, q_stride_h, k_stride_t, k_stride_h, v_stride_t, v_stride_h, a_stride, b_stride,
     st_stride_slot, st_stride_h, st_stride_v, st_stride_k, out_stride_t, out_stride_h, scale,
@@ -145,7 +145,7 @@ def gdn_prefill_kernel(
                   + kk[:, None] * st_stride_k)  # fmt: skip
     smask = kmask[:, None] & vmask[None, :]
     s = masked_load(state_ptrs, smask & read, 0.0, LOAD_IGNORES_OTHER).to(tl.float32)  # [BK, BV]
-    A_log = tl.load(A_log_ptr + hv).to(tl.float32)
+    A_log = tl.load(alog_ptr + hv).to(tl.float32)
     dt_bias = tl.load(dt_bias_ptr + hv).to(tl.float32)
     rows = tl.arange(0, CHUNK)
     causal = rows[:, None] >= rows[None, :]  # [i, j]: j <= i
