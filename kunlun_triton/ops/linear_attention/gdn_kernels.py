@@ -156,8 +156,6 @@ def gdn_prefill_kernel(
         tok = start + t
         kc = masked_load(k_ptr + tok[:, None] * k_stride_t + h * k_stride_h + kk[None, :],
                          tmask[:, None] & kmask[None, :], 0.0, LOAD_IGNORES_OTHER)  # fmt: skip
-        qc = masked_load(q_ptr + tok[:, None] * q_stride_t + h * q_stride_h + kk[None, :],
-                         tmask[:, None] & kmask[None, :], 0.0, LOAD_IGNORES_OTHER)  # fmt: skip
         vc = masked_load(v_ptr + tok[:, None] * v_stride_t + hv * v_stride_h + vv[None, :],
                          tmask[:, None] & vmask[None, :], 0.0, LOAD_IGNORES_OTHER).to(tl.float32)  # fmt: skip
         a = masked_load(a_ptr + tok * a_stride + hv, tmask, 0.0, LOAD_IGNORES_OTHER).to(tl.float32)
@@ -166,22 +164,25 @@ def gdn_prefill_kernel(
         g = tl.where(tmask, g, 0.0)
         beta = tl.where(tmask, beta, 0.0)
         kc = _l2_rows(kc.to(tl.float32), QK_L2NORM)
-        qc = _l2_rows(qc.to(tl.float32), QK_L2NORM)
         G = tl.sum(tl.where(causal, g[None, :], 0.0), axis=1)  # G_i = sum_{j <= i} g_j
-        # e^{G_i - G_j} for j <= i (exponents <= 0: g <= 0), 0 above the diagonal
-        decay = tl.where(causal, tl.exp(tl.where(causal, G[:, None] - G[None, :], 0.0)), 0.0)
-        kk_t = _mm_nt(kc, kc, USE_DOT)  # [C, C], symmetric
         e_g = tl.exp(G)
         rhs = beta[:, None] * (vc - e_g[:, None] * _mm(kc, s, USE_DOT))  # [C, BV]
         # the system's strict lower part, transposed: lower_t[j, i] = beta_i e^{G_i - G_j} (k_i . k_j), j < i
-        lower_t = tl.where(before, beta[None, :] * tl.exp(tl.where(before, G[None, :] - G[:, None], 0.0)) * kk_t, 0.0)
+        # (exponents <= 0: g <= 0)
+        lower_t = tl.where(before, beta[None, :] * tl.exp(tl.where(before, G[None, :] - G[:, None], 0.0))
+                           * _mm_nt(kc, kc, USE_DOT), 0.0)  # fmt: skip
         x = tl.zeros([CHUNK, BLOCK_V], dtype=tl.float32)
         for i in range(CHUNK):
             pick = rows == i
             coeff = tl.sum(tl.where(pick[None, :], lower_t, 0.0), axis=1)  # [C] over j: row i of the system
             x_i = tl.sum(tl.where(pick[:, None], rhs, 0.0), axis=0) - tl.sum(coeff[:, None] * x, axis=0)
             x = tl.where(pick[:, None], x_i[None, :], x)
-        scores = decay * _mm_nt(qc, kc, USE_DOT)
+        # q is loaded only now: fewer tiles live through the substitution
+        qc = masked_load(q_ptr + tok[:, None] * q_stride_t + h * q_stride_h + kk[None, :],
+                         tmask[:, None] & kmask[None, :], 0.0, LOAD_IGNORES_OTHER)  # fmt: skip
+        qc = _l2_rows(qc.to(tl.float32), QK_L2NORM)
+        # e^{G_i - G_j} (q_i . k_j) for j <= i, 0 above the diagonal
+        scores = tl.where(causal, tl.exp(tl.where(causal, G[:, None] - G[None, :], 0.0)) * _mm_nt(qc, kc, USE_DOT), 0.0)
         o = scale * (e_g[:, None] * _mm(qc, s, USE_DOT) + _mm(scores, x, USE_DOT))
         tl.store(out_ptr + tok[:, None] * out_stride_t + hv * out_stride_h + vv[None, :],
                  o.to(out_ptr.dtype.element_ty), mask=tmask[:, None] & vmask[None, :])  # fmt: skip
