@@ -1,5 +1,6 @@
 """Public ops, one folder per op family (`norm`, `activation`, `logits`,
-`rope`, `attention`, `sampling`, `moe`, `quant`), each holding its ``@triton.jit`` kernels, its
+`rope`, `attention`, `sampling`, `moe`, `quant`,
+`linear_attention`), each holding its ``@triton.jit`` kernels, its
 launchers (validate, pick a config, launch; or run the torch reference where
 no Triton target runs), its pure-torch reference and its specs (`spec.OpSpec`:
 the one registry of ops; what doctor, bench, tune and the plugin need). One
@@ -24,9 +25,15 @@ from .attention import (
     extend_attention,
     store_kv,
 )
+from .linear_attention import (
+    causal_conv1d,
+    causal_conv1d_update,
+    gated_delta_rule_decode,
+    gated_delta_rule_prefill,
+)
 from .logits import logit_softcap
 from .moe import fused_experts, moe_topk
-from .norm import fused_add_rms_norm, rms_norm
+from .norm import fused_add_rms_norm, gated_rms_norm, rms_norm
 from .quant import int8_scaled_mm, per_token_quant_int8
 from .rope import rotary_embedding
 from .sampling import greedy, min_p_renorm_probs, renorm_probs, sample, top_k_renorm_probs, top_p_renorm_probs
@@ -34,12 +41,17 @@ from .sampling import greedy, min_p_renorm_probs, renorm_probs, sample, top_k_re
 __all__ = [
     "DecodeWorkspace",
     "build_kv_indices",
+    "causal_conv1d",
+    "causal_conv1d_update",
     "decode_attention",
     "decode_split_plan",
     "decode_workspace",
     "extend_attention",
     "fused_add_rms_norm",
     "fused_experts",
+    "gated_delta_rule_decode",
+    "gated_delta_rule_prefill",
+    "gated_rms_norm",
     "gelu_and_mul",
     "greedy",
     "int8_scaled_mm",

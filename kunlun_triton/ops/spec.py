@@ -71,7 +71,7 @@ from ..runtime.config_keys import COUNT, FLAG, NON_NEGATIVE, TILE, ConfigKey, ch
 # The op families, in the order the tools list them: each is a folder
 # ``ops/<family>/`` whose ``spec.py`` holds ``SPECS`` (the registry test
 # checks that every such folder is listed here).
-FAMILIES = ("norm", "activation", "logits", "rope", "attention", "sampling", "moe", "quant")
+FAMILIES = ("norm", "activation", "logits", "rope", "attention", "sampling", "moe", "quant", "linear_attention")
 
 # Lower-case launch options any op's config may carry (`capabilities.launch_options`
 # hands each target the ones it understands).

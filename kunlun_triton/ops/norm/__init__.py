@@ -1,6 +1,6 @@
-"""RMSNorm family: `rms_norm` and `fused_add_rms_norm` (kernels, launchers,
+"""RMSNorm family: `rms_norm`, `fused_add_rms_norm`, `gated_rms_norm` (kernels, launchers,
 reference, spec)."""
 
-from .ops import fused_add_rms_norm, rms_norm
+from .ops import fused_add_rms_norm, gated_rms_norm, rms_norm
 
-__all__ = ["fused_add_rms_norm", "rms_norm"]
+__all__ = ["fused_add_rms_norm", "gated_rms_norm", "rms_norm"]

@@ -117,3 +117,29 @@ def fused_add_rms_norm_kernel(
     tl.store(residual_ptrs, total.to(residual_ptr.dtype.element_ty), mask=mask)
     y = _normalize(total, weight_ptr, cols, mask, eps, N_COLS)
     tl.store(out_ptr + rows * out_row_stride + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit(do_not_specialize=["n_rows"])
+def gated_rms_norm_kernel(
+    x_ptr,
+    z_ptr,
+    weight_ptr,
+    out_ptr,
+    n_rows,
+    x_row_stride,
+    z_row_stride,
+    out_row_stride,
+    eps,
+    N_COLS: tl.constexpr,
+    BLOCK_COLS: tl.constexpr,
+    ROWS_PER_PROGRAM: tl.constexpr,
+    LOAD_IGNORES_OTHER: tl.constexpr,
+):
+    """out[r] = rms_norm(x[r]) * weight * silu(z[r]), all in fp32, rounded once
+    (the gated RMSNorm of gated-delta-net layers, FLA's ``RMSNormGated`` with
+    norm_before_gate: silu(z) = z * sigmoid(z))."""
+    rows, cols, mask = _row_tile(tl.program_id(0), n_rows, ROWS_PER_PROGRAM, N_COLS, BLOCK_COLS)
+    x = masked_load(x_ptr + rows * x_row_stride + cols, mask, 0.0, LOAD_IGNORES_OTHER).to(tl.float32)
+    z = tl.load(z_ptr + rows * z_row_stride + cols, mask=mask).to(tl.float32)  # masked lanes never stored
+    y = _normalize(x, weight_ptr, cols, mask, eps, N_COLS) * (z / (1.0 + tl.exp(-z)))
+    tl.store(out_ptr + rows * out_row_stride + cols, y.to(out_ptr.dtype.element_ty), mask=mask)

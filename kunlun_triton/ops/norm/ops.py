@@ -1,4 +1,5 @@
-"""RMSNorm ops: `rms_norm` and `fused_add_rms_norm` (SGLang's in-place residual add).
+"""RMSNorm ops: `rms_norm`, `fused_add_rms_norm` (SGLang's in-place residual add)
+and `gated_rms_norm` (gated-delta-net layers' ``rms_norm(x) * silu(z)``).
 
 SGLang semantics (sglang/srt/layers/layernorm.py, RMSNorm):
 - ``forward_native(x, residual)``: sum = fp32(x) + fp32(residual); residual
@@ -52,7 +53,8 @@ def _check_common(op: str, x, weight, eps) -> float:
     return require_number(op, "eps", eps, minimum=0.0)
 
 
-_KERNELS = {"rms_norm": kernels.rms_norm_kernel, "fused_add_rms_norm": kernels.fused_add_rms_norm_kernel}
+_KERNELS = {"rms_norm": kernels.rms_norm_kernel, "fused_add_rms_norm": kernels.fused_add_rms_norm_kernel,
+            "gated_rms_norm": kernels.gated_rms_norm_kernel}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -97,7 +99,10 @@ def _launch(op: str, x_rows, residual_rows, weight, out_rows, eps: float, config
     if plan.fit_rows and n_rows < plan.rows_per_program and config is None:
         plan = _fitted_plan(op, width, 1 << (n_rows - 1).bit_length())
     grid = (-(-n_rows // plan.rows_per_program),)
-    if residual_rows is None:
+    if op == "gated_rms_norm":  # residual_rows: the gate z
+        plan.launch(grid, x_rows, residual_rows, weight, out_rows, n_rows, x_rows.stride(0), residual_rows.stride(0),
+                    out_rows.stride(0), eps)  # fmt: skip
+    elif residual_rows is None:
         plan.launch(grid, x_rows, weight, out_rows, n_rows, x_rows.stride(0), out_rows.stride(0), eps)
     else:
         plan.launch(grid, x_rows, residual_rows, weight, out_rows, n_rows, x_rows.stride(0), residual_rows.stride(0),
@@ -170,4 +175,34 @@ def fused_add_rms_norm(
         out = x.new_empty(*x.shape)
         out_rows = out if out.dim() == 2 else out.view(-1, x.shape[-1])
     _launch(op, as_rows(op, "x", x), residual_rows, weight, out_rows, eps, config)
+    return out
+
+
+def gated_rms_norm(x: torch.Tensor, z: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6,
+                   group_size: int | None = None, *, check: bool = True,
+                   config: dict | None = None) -> torch.Tensor:  # fmt: skip
+    """``rms_norm(x) * weight * silu(z)`` over the last dim, fp32 inside, one rounding.
+
+    Qwen3-Next's gated RMSNorm (SGLang's FLA ``RMSNormGated``, norm_before_gate,
+    group_size None): x and z [..., width] of one shape and dtype (rows may be
+    strided; SGLang hands [tokens x value heads, head_dim]); weight [width].
+    group_size: None or the width (one group a row; SGLang's layers use None).
+    Returns a new tensor of x's shape and dtype.
+    """
+    op = "gated_rms_norm"
+    if checked_mode(check):
+        eps = _check_common(op, x, weight, eps)
+        require_tensor(op, "z", z)
+        require_same(op, "x's and z's shapes and dtypes", x=(tuple(x.shape), x.dtype), z=(tuple(z.shape), z.dtype))
+        if group_size is not None and group_size != x.shape[-1]:
+            raise ValueError(f"{op}: group_size must be None or the row width {x.shape[-1]}, got {group_size}")
+        require_same_device(op, x=x, z=z, weight=weight)
+        tensors = (x, z, weight)
+    else:
+        tensors = (x,)
+    if not use_triton(op, *tensors):
+        return reference.gated_rms_norm(x, z, weight, eps)
+    x_rows, z_rows = as_rows(op, "x", x), as_rows(op, "z", z)
+    out = x.new_empty(*x.shape)
+    _launch(op, x_rows, z_rows, weight, out if out.dim() == 2 else out.view(-1, x.shape[-1]), eps, config)
     return out

@@ -52,3 +52,9 @@ def fused_add_rms_norm(
         return y
     out.copy_(y)
     return out
+
+
+def gated_rms_norm(x: torch.Tensor, z: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """rms_norm(x) * weight * silu(z) in fp32, one rounding to x's dtype."""
+    x32, z32 = x.float(), z.float()
+    return (x32 * inv_rms(x32, eps) * weight.float() * (z32 * torch.sigmoid(z32))).to(x.dtype)

@@ -14,7 +14,7 @@ import torch
 from ...runtime import FLOAT_DTYPES
 from ..spec import FLAG, TILE, OpCase, OpSpec
 from . import reference
-from .ops import MAX_TILE_ELEMENTS, fused_add_rms_norm, rms_norm
+from .ops import MAX_TILE_ELEMENTS, fused_add_rms_norm, gated_rms_norm, rms_norm
 
 DOCTOR = tuple(({"rows": 6, "hidden_size": 96, "strided": True}, d) for d in FLOAT_DTYPES)
 
@@ -54,6 +54,25 @@ def fused_add_rms_norm_case(shape, dtype, device) -> OpCase:
         dims={"hidden_size": shape["hidden_size"]},
         bytes_moved=_bytes(shape, dtype, 4),
     )
+
+
+def gated_rms_norm_case(shape, dtype, device) -> OpCase:
+    x, z, weight = _inputs(shape, dtype, device)
+    return OpCase(
+        run=lambda config: gated_rms_norm(x, z, weight, check=False, config=config),
+        reference=lambda: reference.gated_rms_norm(x, z, weight),
+        dims={"hidden_size": shape["hidden_size"]},
+        bytes_moved=_bytes(shape, dtype, 3),
+    )
+
+
+def _gated_kernels(shape, dtype, config):
+    from ...introspect.launches import meta_kernel_specs
+
+    rows, hidden = shape["rows"], shape["hidden_size"]
+    x, z = (torch.empty(rows, hidden, dtype=dtype, device="meta") for _ in range(2))
+    weight = torch.empty(hidden, dtype=dtype, device="meta")
+    return meta_kernel_specs(lambda: gated_rms_norm(x, z, weight, config=config))
 
 
 def _kernels(fused: bool):
@@ -109,4 +128,9 @@ SPECS = [
     OpSpec("fused_add_rms_norm", "norm", fused_add_rms_norm_case, DOCTOR, bench_shapes,
            tune_candidates=tune_candidates, tune_shapes=tune_shapes, tune_keep=tune_keep, x_axis="rows",
            kernels=_kernels(True), config_keys=CONFIG_KEYS, function=fused_add_rms_norm, **_REGISTRY),
+    # Qwen3-Next's gated norm: rows of one value head (head_dim wide), tokens x value heads of them.
+    OpSpec("gated_rms_norm", "norm", gated_rms_norm_case, DOCTOR, bench_shapes, tune_candidates=tune_candidates,
+           tune_shapes=tune_shapes, tune_keep=tune_keep, x_axis="rows", kernels=_gated_kernels,
+           config_keys=CONFIG_KEYS, function=gated_rms_norm, lookup_dims=("hidden_size",),
+           generation_shapes=generation_shapes, graph_capture=True),
 ]  # fmt: skip

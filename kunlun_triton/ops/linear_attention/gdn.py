@@ -1,0 +1,183 @@
+"""Gated delta rule ops (math: gdn_kernels): `gated_delta_rule_decode`, one
+token per request fused with the gating and the q/k L2 norm (SGLang's
+``fused_sigmoid_gating_delta_rule_update``), and `gated_delta_rule_prefill`,
+a ragged batch in chunks (SGLang's ``fused_gdn_gating`` followed by FLA's
+``chunk_gated_delta_rule``, in one launch). Both read each request's
+recurrent state from the pool by slot and write it back in place."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ...runtime import capabilities, launch_options, plan_cache, use_triton
+from ..launch import KernelLaunch, constexpr_args, run_keywords
+from ..spec import explicit_config, lookup_config
+from ..validation import checked_mode, require_number, require_same_device, require_tensor
+from . import gdn_kernels, reference
+from .checks import check_slots, ragged_max_len, require_requests
+
+MAX_HEAD_DIM = 256  # a program holds a [head_dim, BLOCK_V] slice of the state
+
+
+@dataclass(frozen=True)
+class GdnPlan:
+    launch: KernelLaunch
+    block_v: int
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(n - 1, 0).bit_length()
+
+
+def _plan(op, key_dim, value_dim, group, l2norm, has_init, config) -> GdnPlan:
+    caps = capabilities()
+    block_k = max(_pow2(key_dim), 16)
+    block_v = min(config["BLOCK_V"], max(_pow2(value_dim), 16))
+    common = dict(KEY_DIM=key_dim, VALUE_DIM=value_dim, BLOCK_K=block_k, BLOCK_V=block_v, GROUP=group,
+                  QK_L2NORM=l2norm, LOAD_IGNORES_OTHER=caps.load_ignores_other)  # fmt: skip
+    if op == "gated_delta_rule_decode":
+        kernel = gdn_kernels.gdn_decode_kernel
+        constexprs = constexpr_args(kernel, **common)
+    else:
+        formulation = config.get("formulation") or ("dot" if caps.has_dot else "sum")
+        if formulation not in ("dot", "sum"):
+            raise ValueError(f"{op}: formulation must be 'dot' or 'sum', got {formulation!r}")
+        use_dot = formulation == "dot"
+        chunk = config["CHUNK"]
+        if use_dot:  # tl.dot takes no dimension under 16
+            chunk, block_v = max(chunk, 16), max(block_v, 16)
+            common["BLOCK_V"] = block_v
+        kernel = gdn_kernels.gdn_prefill_kernel
+        constexprs = constexpr_args(kernel, **common, CHUNK=chunk, HAS_INIT_FLAGS=has_init, USE_DOT=use_dot)
+    return GdnPlan(KernelLaunch(kernel, constexprs, run_keywords(launch_options(config))), block_v)
+
+
+@plan_cache
+def _cached_plan(op, key_dim, value_dim, group, l2norm, has_init) -> GdnPlan:
+    return _plan(op, key_dim, value_dim, group, l2norm, has_init,
+                 lookup_config(op, key_dim=key_dim, value_dim=value_dim))  # fmt: skip
+
+
+def _get_plan(op, key_dim, value_dim, group, l2norm, has_init, config) -> GdnPlan:
+    if config is None:
+        return _cached_plan(op, key_dim, value_dim, group, l2norm, has_init)
+    return _plan(op, key_dim, value_dim, group, l2norm, has_init,
+                 explicit_config(op, config, key_dim=key_dim, value_dim=value_dim))  # fmt: skip
+
+
+def _check(op, q, k, v, a, b, A_log, dt_bias, state_pool, scale):
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        require_tensor(op, name, t, ndim=3)
+    tokens, heads, key_dim = k.shape
+    value_heads, value_dim = v.shape[1], v.shape[2]
+    if tuple(q.shape) != tuple(k.shape):
+        raise ValueError(f"{op}: q and k must have one shape, got {tuple(q.shape)} and {tuple(k.shape)}")
+    if v.shape[0] != tokens:
+        raise ValueError(f"{op}: v has {v.shape[0]} tokens but k has {tokens}")
+    if heads == 0 or value_heads % heads:
+        raise ValueError(f"{op}: value heads ({value_heads}) must be a multiple of key heads ({heads})")
+    if max(key_dim, value_dim) > MAX_HEAD_DIM:
+        raise ValueError(f"{op}: head dims must be <= {MAX_HEAD_DIM}, got key {key_dim}, value {value_dim}")
+    for name, t in (("a", a), ("b", b)):
+        require_tensor(op, name, t, ndim=2)
+        if tuple(t.shape) != (tokens, value_heads):
+            raise ValueError(f"{op}: {name} must be [tokens, value heads] = [{tokens}, {value_heads}], got "
+                             f"{tuple(t.shape)}")  # fmt: skip
+    for name, t in (("A_log", A_log), ("dt_bias", dt_bias)):
+        require_tensor(op, name, t, ndim=1)
+        if t.shape[0] != value_heads:
+            raise ValueError(f"{op}: {name} has {t.shape[0]} entries for {value_heads} value heads")
+    require_tensor(op, "state_pool", state_pool, ndim=4, last_dim_contiguous=False)
+    if tuple(state_pool.shape[1:]) != (value_heads, value_dim, key_dim):
+        raise ValueError(f"{op}: state_pool must be [slots, value heads, value dim, key dim] = "
+                         f"[slots, {value_heads}, {value_dim}, {key_dim}], got {tuple(state_pool.shape)}")  # fmt: skip
+    if scale is not None:
+        require_number(op, "scale", scale, above=0.0)
+
+
+def _strides(q, k, v, a, b, state_pool):
+    return (q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), a.stride(0), b.stride(0),
+            *state_pool.stride())  # fmt: skip
+
+
+def gated_delta_rule_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
+                            A_log: torch.Tensor, dt_bias: torch.Tensor, state_pool: torch.Tensor,
+                            cache_indices: torch.Tensor, scale: float | None = None, *, qk_l2norm: bool = True,
+                            check: bool = True, config: dict | None = None) -> torch.Tensor:  # fmt: skip
+    """One gated-delta-rule step per request (math: gdn_kernels).
+
+    q, k: [N, key heads, K]; v: [N, value heads, V] (value heads a multiple of
+    key heads); a, b: [N, value heads]; A_log, dt_bias: [value heads];
+    state_pool: [slots, value heads, V, K] (SGLang's layout, any strides,
+    fp32 in practice): request n steps slot cache_indices[n] in place (slot
+    -1: a zero state, nothing written). scale: default K ** -0.5. Returns o
+    [N, value heads, V] in q's dtype.
+    """
+    op = "gated_delta_rule_decode"
+    if checked_mode(check):
+        _check(op, q, k, v, a, b, A_log, dt_bias, state_pool, scale)
+        require_requests(op, cache_indices, None, q.shape[0])
+        require_same_device(op, q=q, k=k, v=v, a=a, b=b, A_log=A_log, dt_bias=dt_bias, state_pool=state_pool,
+                            cache_indices=cache_indices)  # fmt: skip
+        check_slots(op, "cache_indices", cache_indices, state_pool.shape[0])
+    scale = k.shape[-1] ** -0.5 if scale is None else float(scale)
+    if not use_triton(op, q, k, v, state_pool):
+        return reference.gated_delta_rule_decode(q, k, v, a, b, A_log, dt_bias, state_pool, cache_indices, scale,
+                                                 qk_l2norm=qk_l2norm).to(q.dtype)  # fmt: skip
+    tokens, heads, key_dim = k.shape
+    value_heads, value_dim = v.shape[1], v.shape[2]
+    plan = _get_plan(op, key_dim, value_dim, value_heads // heads, bool(qk_l2norm), False, config)
+    out = q.new_empty(tokens, value_heads, value_dim)
+    if tokens == 0:
+        return out
+    plan.launch((-(-value_dim // plan.block_v), value_heads, tokens), q, k, v, a, b, A_log, dt_bias, state_pool,
+                cache_indices, out, tokens, *_strides(q, k, v, a, b, state_pool), out.stride(0), out.stride(1),
+                scale)  # fmt: skip
+    return out
+
+
+def gated_delta_rule_prefill(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
+                             A_log: torch.Tensor, dt_bias: torch.Tensor, state_pool: torch.Tensor,
+                             cache_indices: torch.Tensor, query_start_loc: torch.Tensor,
+                             has_initial_state: torch.Tensor | None = None, scale: float | None = None, *,
+                             qk_l2norm: bool = True, check: bool = True,
+                             config: dict | None = None) -> torch.Tensor:  # fmt: skip
+    """The gated delta rule over a ragged batch, in chunks (math: gdn_kernels).
+
+    q, k: [T, key heads, K]; v: [T, value heads, V]; a, b: [T, value heads];
+    request n is rows query_start_loc[n]:query_start_loc[n + 1]. It starts
+    from slot cache_indices[n] of state_pool ([slots, value heads, V, K]),
+    or from zeros where has_initial_state[n] is false (default: every
+    request reads its slot) or the slot is -1, and writes its final state to
+    the slot (not for -1). Returns o [T, value heads, V] in q's dtype.
+    config: CHUNK (tokens a chunk), BLOCK_V, formulation (dot | sum).
+    """
+    op = "gated_delta_rule_prefill"
+    checked = checked_mode(check)
+    batch = query_start_loc.shape[0] - 1 if isinstance(query_start_loc, torch.Tensor) else -1
+    if checked:
+        _check(op, q, k, v, a, b, A_log, dt_bias, state_pool, scale)
+        require_requests(op, cache_indices, has_initial_state, batch)
+        require_same_device(op, q=q, k=k, v=v, a=a, b=b, A_log=A_log, dt_bias=dt_bias, state_pool=state_pool,
+                            cache_indices=cache_indices, query_start_loc=query_start_loc,
+                            has_initial_state=has_initial_state)  # fmt: skip
+        check_slots(op, "cache_indices", cache_indices, state_pool.shape[0])
+        ragged_max_len(op, query_start_loc, batch, q.shape[0], None, True)
+    scale = k.shape[-1] ** -0.5 if scale is None else float(scale)
+    if not use_triton(op, q, k, v, state_pool):
+        return reference.gated_delta_rule_prefill(q, k, v, a, b, A_log, dt_bias, state_pool, cache_indices,
+                                                  query_start_loc, has_initial_state, scale,
+                                                  qk_l2norm=qk_l2norm).to(q.dtype)  # fmt: skip
+    tokens, heads, key_dim = k.shape
+    value_heads, value_dim = v.shape[1], v.shape[2]
+    plan = _get_plan(op, key_dim, value_dim, value_heads // heads, bool(qk_l2norm), has_initial_state is not None,
+                     config)  # fmt: skip
+    out = q.new_empty(tokens, value_heads, value_dim)
+    if batch <= 0:
+        return out
+    plan.launch((-(-value_dim // plan.block_v), value_heads, batch), q, k, v, a, b, A_log, dt_bias, state_pool,
+                cache_indices, query_start_loc, cache_indices if has_initial_state is None else has_initial_state, out,
+                batch, *_strides(q, k, v, a, b, state_pool), out.stride(0), out.stride(1), scale)  # fmt: skip
+    return out

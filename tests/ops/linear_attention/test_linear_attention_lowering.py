@@ -1,0 +1,51 @@
+"""The linear-attention kernels (and gated_rms_norm) lower ahead of time for
+CUDA sm_90 and HIP gfx942 at Qwen3-Next-80B-A3B's dims (16 key heads, 32
+value heads, head dims 128, bf16 inputs, fp32 state), as the launchers plan
+them, and spill nothing: decode, the convolutions, the norm, and the
+prefill's sum formulation as Kunlun's config plans it (sm_90 standing in for
+Kunlun's local memory). The prefill's dot formulation lowers on both targets;
+it still spills on sm_90 (328 bytes at the default tiles, see default.yaml)."""
+
+import pytest
+import torch
+
+from kunlun_triton.introspect import compile_ahead_of_time
+from kunlun_triton.introspect.sass import kernel_cost
+from kunlun_triton.ops.spec import planned_kernels
+from kunlun_triton.runtime import Target
+
+pytestmark = pytest.mark.lowering
+
+SM90, GFX942 = Target("cuda", "sm_90", "cuda", "test"), Target("hip", "gfx942", "cuda", "test")
+KUNLUN = Target("kunlun", "p800", "cuda", "test")
+SHAPES = {"gated_delta_rule_decode": {"batch": 8}, "causal_conv1d": {"lengths": (100, 7)},
+          "causal_conv1d_update": {"batch": 8}, "gated_rms_norm": {"rows": 64, "hidden_size": 128}}  # fmt: skip
+
+
+def _costs(specs, targets):
+    results = compile_ahead_of_time(specs, targets, artifacts=True)
+    failed = [f"{r['spec'].label} on {r['target']}: {r['error']}" for r in results if not r["ok"]]
+    assert not failed, failed
+    return {(r["spec"].name, r["target"]): kernel_cost(r) for r in results}
+
+
+@pytest.mark.parametrize("op", sorted(SHAPES))
+def test_kernels_lower_without_spills(op):
+    for target, aot in ((SM90, "cuda"), (GFX942, "hip")):
+        specs = planned_kernels(op, SHAPES[op], torch.bfloat16, target)
+        for (name, _), cost in _costs(specs, (aot,)).items():
+            assert cost["spill_bytes"] == 0, (op, name, aot, cost)
+
+
+def test_prefill_sum_formulation_as_kunlun_plans_it_does_not_spill():
+    specs = planned_kernels("gated_delta_rule_prefill", {"lengths": (100, 7)}, torch.bfloat16, KUNLUN)
+    assert specs[0].constexprs["USE_DOT"] is False
+    (cost,) = _costs(specs, ("cuda",)).values()
+    assert cost["spill_bytes"] == 0, cost
+
+
+@pytest.mark.parametrize("target, aot", [(SM90, "cuda"), (GFX942, "hip")], ids=["sm_90", "gfx942"])
+def test_prefill_dot_formulation_lowers(target, aot):
+    specs = planned_kernels("gated_delta_rule_prefill", {"lengths": (100, 7)}, torch.bfloat16, target)
+    assert specs[0].constexprs["USE_DOT"] is True and specs[0].constexprs["CHUNK"] == 64
+    _costs(specs, (aot,))
