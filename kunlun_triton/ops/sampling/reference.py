@@ -17,7 +17,8 @@ to every token tied with its last value, so the kept set depends on values
 only, never on how a sort orders ties (SGLang's sort keeps an arbitrary
 subset of a tie at the boundary; the kernels keep all of it).
 
-Greedy rows (temperature 0 or top_k 1) put all mass on the argmax, ties to
+A temperature above 2**126 (+inf included) acts as 2**126: every finite
+logit of an ordinary row equally likely. Greedy rows (temperature 0 or top_k 1) put all mass on the argmax, ties to
 the lowest token id. NaN logits count as -inf, +inf as the largest finite
 float32. A row with no finite logit puts all mass on token 0.
 
@@ -47,10 +48,16 @@ def _no_top_k(top_ks: torch.Tensor, vocab: int) -> torch.Tensor:
     return torch.where((top_ks < 1) | (top_ks > vocab), vocab, top_ks)
 
 
-def _keep_sorted_prefix(probs, top_ks, top_ps, min_ps, total):
-    """Boolean [B, V] of kept tokens (ties at the boundary all kept)."""
+def _keep_sorted_prefix(probs, top_ks, top_ps, min_ps, total, order=None):
+    """Boolean [B, V] of kept tokens (ties at the boundary all kept), ranked
+    by `order` (default: the probs themselves; `filtered_probs` ranks by the
+    scaled logits, as the kernels rank by the logits' keys: at a huge
+    temperature every prob rounds to the same value, the logits still
+    differ)."""
     vocab = probs.shape[1]
-    probs_sort, _ = probs.sort(dim=1, descending=True, stable=True)
+    order = probs if order is None else order
+    order_sort, idx = order.sort(dim=1, descending=True, stable=True)
+    probs_sort = probs.gather(1, idx)
     mass_above = probs_sort.cumsum(dim=1) - probs_sort
     rank = torch.arange(vocab, device=probs.device).view(1, -1)
     keep = rank < _no_top_k(top_ks, vocab).view(-1, 1).to(probs.device)
@@ -58,14 +65,16 @@ def _keep_sorted_prefix(probs, top_ks, top_ps, min_ps, total):
     keep &= (mass_above <= top_ps * total.view(-1, 1)) | (top_ps >= 1.0)
     keep &= probs_sort >= min_ps.double().view(-1, 1).to(probs.device) * probs_sort[:, :1]
     kept_len = keep.sum(dim=1).clamp(min=1)
-    cut = probs_sort.gather(1, (kept_len - 1).view(-1, 1))
-    return probs >= cut
+    cut = order_sort.gather(1, (kept_len - 1).view(-1, 1))
+    return order >= cut
 
 
 def filtered_probs(logits, temperatures, top_ks, top_ps, min_ps) -> torch.Tensor:
     """The renormalised distribution each row samples from, float64 [B, V]."""
     x = _clean_logits(logits)
-    temperatures = temperatures.double().to(x.device)
+    # A temperature past 2**126 = 1 / FLT_MIN acts as 2**126, as in the
+    # kernels: +inf (SGLang's fp32 of 1e308) would make -inf / inf = NaN.
+    temperatures = temperatures.double().to(x.device).clamp(max=2.0**126)
     is_greedy = (temperatures == 0) | (top_ks.to(x.device) == 1)
     # float64 holds any fp32 logit over any fp32 temperature: no clamp after
     # the division (it would tie a huge finite logit with +inf).
@@ -73,7 +82,7 @@ def filtered_probs(logits, temperatures, top_ks, top_ps, min_ps) -> torch.Tensor
     valid = (x > float("-inf")).any(dim=1)
     probs = torch.softmax(torch.where(valid.view(-1, 1), x, 0.0), dim=1)
     total = torch.ones(x.shape[0], dtype=torch.float64, device=x.device)
-    keep = _keep_sorted_prefix(probs, top_ks, top_ps, min_ps, total)
+    keep = _keep_sorted_prefix(probs, top_ks, top_ps, min_ps, total, order=torch.where(valid.view(-1, 1), x, 0.0))
     out = torch.where(keep, probs, 0.0)
     out = out / out.sum(dim=1, keepdim=True)
     one_hot = torch.zeros_like(out)
@@ -147,3 +156,4 @@ def sort_based_sample(logits, temperatures, top_ks, top_ps, min_ps, generator=No
     probs_sort[probs_sort < (probs_sort[:, 0] * min_ps).view(-1, 1)] = 0.0
     picked = torch.multinomial(probs_sort, num_samples=1, generator=generator)
     return torch.gather(probs_idx, 1, picked).view(-1)
+
