@@ -54,24 +54,30 @@ def _layout(parents, batch):
     return [torch.stack([p[i] for p in parts]) for i in range(3)]
 
 
-def _dyadic_inputs(gen, parents, batch, vocab, spec, zero_rows=False):
-    """Exactly representable inputs: probs k/64 (many zeros), coins (2k+1)/512,
-    drafts half from the parent's likely tokens (so paths get accepted)."""
-    draft = len(parents)
+def _dyadic_probs(gen, batch, draft, vocab):
     counts = torch.zeros(batch, draft, vocab)
     for _ in range(64):  # 64 units of mass, most on a few tokens
         likely = torch.randint(0, min(vocab, 5), (batch, draft, 1), generator=gen)
         spread = torch.randint(0, vocab, (batch, draft, 1), generator=gen)
         pick = torch.where(torch.rand(batch, draft, 1, generator=gen) < 0.7, likely, spread)
         counts.scatter_add_(2, pick, torch.ones(batch, draft, 1))
-    target = counts / 64
+    return counts / 64
+
+
+def _dyadic_inputs(gen, parents, batch, vocab, spec, draft_mass=False):
+    """Exactly representable inputs: probs k/64 (many zeros), coins (2k+1)/512,
+    drafts half from the parent's likely tokens (so paths get accepted);
+    draft_probs 0 (SGLang's) or, with `draft_mass`, k/64 as well."""
+    draft = len(parents)
+    target = _dyadic_probs(gen, batch, draft, vocab)
+    draft_probs = _dyadic_probs(gen, batch, draft, vocab) if draft_mass else torch.zeros_like(target)
     candidates = torch.randint(0, min(vocab, 6), (batch, draft), generator=gen)
     coins = (2 * torch.randint(0, 256, (batch, draft), generator=gen) + 1) / 512
     final = (2 * torch.randint(0, 256, (batch,), generator=gen) + 1) / 512
     index, first_child, sibling = _layout(parents, batch)
     return [torch.zeros(batch * draft, dtype=torch.int32), torch.full((batch, spec), -1, dtype=torch.int32),
             torch.zeros(batch, dtype=torch.int32), candidates, index, first_child, sibling, coins, final, target,
-            torch.zeros_like(target)]  # fmt: skip
+            draft_probs]  # fmt: skip
 
 
 def _run_both(args, thresholds=(1.0, 1.0), config=None):
@@ -88,29 +94,33 @@ def _run_both(args, thresholds=(1.0, 1.0), config=None):
     vocab=st.sampled_from([3, 8, 13, 40]),
     spec_extra=st.integers(-2, 1),
     thresholds=st.sampled_from([(1.0, 1.0), (0.25, 1.0), (1.0, 0.5), (0.5, 0.25), (0.0, 1.0)]),
+    draft_mass=st.booleans(),
     seed=st.integers(0, 2**16),
 )
-def test_matches_the_float64_oracle_exactly(parents, batch, vocab, spec_extra, thresholds, seed):
+def test_matches_the_float64_oracle_exactly(parents, batch, vocab, spec_extra, thresholds, draft_mass, seed):
     """Every output SGLang's kernel writes: predicts, accept_index,
     accept_token_num, and the rejected drafts' entries in draft_probs.
-    accept_index's width S from 1 up to past the tree's depth + 1."""
+    accept_index's width S from 1 up to past the tree's depth + 1; draft
+    probs SGLang's zeros or not (subtracted except for the bonus token)."""
     spec = max(1, _depth(parents) + 1 + spec_extra)
-    args = _dyadic_inputs(torch.Generator().manual_seed(seed), parents, batch, vocab, spec)
+    args = _dyadic_inputs(torch.Generator().manual_seed(seed), parents, batch, vocab, spec, draft_mass)
     ours, theirs = _run_both(args, thresholds)
     for name, a, b in zip(OUTPUTS + ("draft_probs",), ours[:3] + ours[10:], theirs[:3] + theirs[10:]):
         assert torch.equal(a, b), name
 
 
-@pytest.mark.parametrize("config", [None, {"BLOCK_R": 2, "BLOCK_V": 16}, {"BLOCK_R": 1, "BLOCK_V": 64}])
-def test_rows_wider_than_a_tile_match_the_oracle(config):
-    """Vocab 300 over 16- and 64-token tiles: the draw's crossing tile and the
-    bisection inside it; odd batch against BLOCK_R 2."""
+@pytest.mark.parametrize("vocab, config", [(300, None), (300, {"BLOCK_R": 2, "BLOCK_V": 64}),
+                                           (13, {"BLOCK_R": 2, "BLOCK_V": 4}), (40, {"BLOCK_R": 1, "BLOCK_V": 8})])
+def test_rows_wider_than_a_tile_match_the_oracle(vocab, config):
+    """Rows over several tiles: the draw's crossing tile and the bisection
+    inside it (tiles of 4 and 8: the first and the last lane of a tile are
+    drawn often); odd batch against BLOCK_R 2; draft mass subtracted."""
     gen = torch.Generator().manual_seed(7)
-    parents = list(TREE_PARENTS)
-    args = _dyadic_inputs(gen, parents, 5, 300, 4)
-    ours, theirs = _run_both(args, config=config)
-    for name, a, b in zip(OUTPUTS, ours[:3], theirs[:3]):
-        assert torch.equal(a, b), name
+    for _ in range(4):
+        args = _dyadic_inputs(gen, list(TREE_PARENTS), 5, vocab, 4, draft_mass=True)
+        ours, theirs = _run_both(args, config=config)
+        for name, a, b in zip(OUTPUTS, ours[:3], theirs[:3]):
+            assert torch.equal(a, b), name
 
 
 def test_softmax_targets_agree_where_no_coin_is_on_a_boundary():
@@ -263,5 +273,18 @@ def test_empty_batch_and_a_root_only_tree():
     api.tree_speculative_sampling_target_only(*args)
     gen = torch.Generator().manual_seed(1)
     ours, theirs = _run_both(_dyadic_inputs(gen, [-1], 3, 9, 1))
+    for name, a, b in zip(OUTPUTS, ours[:3], theirs[:3]):
+        assert torch.equal(a, b), name
+
+
+def test_a_draft_without_target_mass_is_never_accepted():
+    """threshold_single 0 accepts any draft the target gives mass to, but not
+    one it gives none (SGLang's has_target_mass guard): the zero-mass first
+    child is skipped for its sibling, whatever the coins."""
+    vocab, parents = 6, [-1, 0, 0]
+    target = torch.tensor([[0.0, 0.5, 0.5, 0, 0, 0]] * 3)
+    args = _replicated(parents, target, [0, 0, 2], 16, spec=2, seed=3)
+    ours, theirs = _run_both(args, thresholds=(0.0, 1.0))
+    assert ours[2].eq(1).all() and ours[1][:, 1].eq(torch.arange(16) * 3 + 2).all()
     for name, a, b in zip(OUTPUTS, ours[:3], theirs[:3]):
         assert torch.equal(a, b), name
