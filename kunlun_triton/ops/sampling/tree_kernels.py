@@ -57,20 +57,24 @@ from ..loads import masked_load
 
 
 @triton.jit
-def _residual(q_ptr, p_ptr, row_off, cols, valid, bonus, rejected, BLOCK_D: tl.constexpr,
-              IGNORES_OTHER: tl.constexpr):  # fmt: skip
+def _residual(q_ptr, p_ptr, row_off, cols, first, valid, bonus, rejected, n_rejected, BLOCK_V: tl.constexpr,
+              BLOCK_D: tl.constexpr, IGNORES_OTHER: tl.constexpr):  # fmt: skip
     """r = relu(q - p) on one [BLOCK_R, BLOCK_V] tile of the chosen rows
-    (`cols`: [1, BLOCK_V] or per row), 0 at the tokens rejected at the last
-    level (where p = q) and off the row."""
+    (`cols`: [1, BLOCK_V] or per row, starting at `first`), 0 at the tokens
+    rejected at the last level (where p = q) and off the row. The compares
+    run only for a tile holding a rejected token (a handful of a row's
+    tiles), in a loop, not unrolled: static code and registers stay small."""
     offs = row_off[:, None] + cols
     q = masked_load(q_ptr + offs, valid, 0.0, IGNORES_OTHER)
     p = masked_load(p_ptr + offs, valid & ~bonus[:, None], 0.0, IGNORES_OTHER)
     r = tl.maximum(q - p, 0.0)
-    slots = tl.arange(0, BLOCK_D)[None, :]
-    for d in tl.static_range(BLOCK_D):
-        token = tl.sum(tl.where(slots == d, rejected, 0), axis=1)  # -1: an empty slot
-        r = tl.where(cols == token[:, None], 0.0, r)
-    return tl.where(valid, r, 0.0)
+    near = (rejected >= first[:, None]) & (rejected < first[:, None] + BLOCK_V)
+    if tl.max(tl.max(near.to(tl.int32), axis=1), axis=0) > 0:
+        slots = tl.arange(0, BLOCK_D)[None, :]
+        for d in range(tl.max(n_rejected, axis=0)):  # the slots in use (run-time: never unrolled)
+            token = tl.sum(tl.where(slots == d, rejected, 0), axis=1)  # -1: an empty slot
+            r = tl.where(cols == token[:, None], 0.0, r)
+    return r
 
 
 @triton.jit(do_not_specialize=["n_rows", "num_spec", "num_draft"])
@@ -132,15 +136,15 @@ def tree_speculative_sampling_kernel(
     # positive token, then the tile where the running sum passes u, then the
     # token inside it.
     bonus = accepted == num_spec - 1
+    zero = tl.zeros([BLOCK_R], tl.int32)
     row_off = prob_node * vocab
     total = tl.zeros([BLOCK_R], tl.float32)
-    last_valid = tl.full([BLOCK_R], -1, tl.int32)
     for start in range(0, vocab, BLOCK_V):
         cols = start + tl.arange(0, BLOCK_V)
         valid = live[:, None] & (cols[None, :] < vocab)
-        r = _residual(target_ptr, draft_ptr, row_off, cols[None, :], valid, bonus, rejected, BLOCK_D, IGNORES_OTHER)
+        r = _residual(target_ptr, draft_ptr, row_off, cols[None, :], start + zero, valid, bonus, rejected, n_rejected, BLOCK_V,
+                      BLOCK_D, IGNORES_OTHER)  # fmt: skip
         total += tl.sum(r, axis=1)
-        last_valid = tl.maximum(last_valid, tl.max(tl.where(r > 0.0, cols[None, :], -1), axis=1))
     u = masked_load(final_coins_ptr + rows, live, 0.0, IGNORES_OTHER) * total
     found = ~live
     below = tl.zeros([BLOCK_R], tl.float32)  # the sum before the crossing tile
@@ -150,8 +154,8 @@ def tree_speculative_sampling_kernel(
         if tl.min(found.to(tl.int32), axis=0) == 0:
             cols = start + tl.arange(0, BLOCK_V)
             valid = (~found)[:, None] & (cols[None, :] < vocab)
-            r = _residual(target_ptr, draft_ptr, row_off, cols[None, :], valid, bonus, rejected, BLOCK_D,
-                          IGNORES_OTHER)  # fmt: skip
+            r = _residual(target_ptr, draft_ptr, row_off, cols[None, :], start + zero, valid, bonus, rejected,
+                          n_rejected, BLOCK_V, BLOCK_D, IGNORES_OTHER)  # fmt: skip
             passed = running + tl.sum(r, axis=1)
             hit = ~found & (passed > u)
             cross = tl.where(hit, start, cross)
@@ -159,10 +163,20 @@ def tree_speculative_sampling_kernel(
             found = found | hit
             running = passed
     hit = live & found
+    # No crossing (u rounded to the total, or no mass): the last token with
+    # r > 0, else vocab - 1, as SGLang. Rare: one more read, only then.
+    last_valid = tl.full([BLOCK_R], -1, tl.int32)
+    if tl.max((live & ~found).to(tl.int32), axis=0) > 0:
+        for start in range(0, vocab, BLOCK_V):
+            cols = start + tl.arange(0, BLOCK_V)
+            valid = (live & ~found)[:, None] & (cols[None, :] < vocab)
+            r = _residual(target_ptr, draft_ptr, row_off, cols[None, :], start + zero, valid, bonus, rejected,
+                          n_rejected, BLOCK_V, BLOCK_D, IGNORES_OTHER)  # fmt: skip
+            last_valid = tl.maximum(last_valid, tl.max(tl.where(r > 0.0, cols[None, :], -1), axis=1))
     lanes = tl.arange(0, BLOCK_V)
     cols = cross[:, None] + lanes[None, :]
-    r = _residual(target_ptr, draft_ptr, row_off, cols, hit[:, None] & (cols < vocab), bonus, rejected, BLOCK_D,
-                  IGNORES_OTHER)  # fmt: skip
+    r = _residual(target_ptr, draft_ptr, row_off, cols, cross, hit[:, None] & (cols < vocab), bonus, rejected,
+                  n_rejected, BLOCK_V, BLOCK_D, IGNORES_OTHER)  # fmt: skip
     lo = tl.full([BLOCK_R], -1, tl.int32)
     hi = tl.full([BLOCK_R], BLOCK_V - 1, tl.int32)  # the whole tile passes u
     for _bit in tl.static_range(LOG_V):
