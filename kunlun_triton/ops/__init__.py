@@ -36,7 +36,15 @@ from .moe import fused_experts, moe_topk
 from .norm import fused_add_rms_norm, gated_rms_norm, rms_norm
 from .quant import int8_scaled_mm, per_token_quant_int8
 from .rope import rotary_embedding
-from .sampling import greedy, min_p_renorm_probs, renorm_probs, sample, top_k_renorm_probs, top_p_renorm_probs
+from .sampling import (
+    greedy,
+    min_p_renorm_probs,
+    renorm_probs,
+    sample,
+    top_k_renorm_probs,
+    top_p_renorm_probs,
+    tree_speculative_sampling_target_only,
+)
 
 __all__ = [
     "DecodeWorkspace",
@@ -67,4 +75,5 @@ __all__ = [
     "store_kv",
     "top_k_renorm_probs",
     "top_p_renorm_probs",
+    "tree_speculative_sampling_target_only",
 ]

@@ -63,6 +63,7 @@ import triton.language as tl
 
 from .primitives import (
     FLT_MAX,
+    FLT_MIN,
     ID_BIG,
     KEY_NEG_INF,
     argmax_lowest,
@@ -114,10 +115,15 @@ def scratch_pointers(scratch_ptr):
 
 @triton.jit
 def _inverse_temperature(temperature):
-    """1 / T for T > 0 (clamped to the largest float so (l - m) * 1/T is 0
-    at the max and never NaN), 1 for greedy rows (T = 0)."""
+    """1 / T for T > 0, clamped to [FLT_MIN, FLT_MAX], 1 for greedy rows
+    (T = 0). Never 0: T = +inf (SGLang stores a temperature of 1e308 in
+    fp32) made 1 / T = 0, and the -inf of masked lanes and padded blocks
+    times 0 is NaN, which reached the block sums top-p reads (issue 39 row
+    8). With 1 / T >= FLT_MIN, -inf stays -inf (weight 0) and every finite
+    logit weighs exp(~0) = 1: T = inf is uniform over the finite logits. A
+    normal, not a denormal, bound: GPUs flush denormal products to 0."""
     safe = tl.where(temperature > 0.0, temperature, 1.0)
-    return tl.minimum(1.0 / safe, FLT_MAX)
+    return tl.minimum(tl.maximum(1.0 / safe, FLT_MIN), FLT_MAX)
 
 
 @triton.jit

@@ -329,7 +329,8 @@ def sample(
     """One next token per row; returns int64 token ids, shape [batch].
 
     logits: [batch, vocab] float32/float16/bfloat16, last dim contiguous.
-    temperatures (>= 0), top_ks (>= 1, or -1 for no top-k; values past the
+    temperatures (>= 0; +inf, SGLang's fp32 of 1e308, weighs every finite
+    logit alike), top_ks (>= 1, or -1 for no top-k; values past the
     vocabulary keep everything), top_ps (in (0, 1]), min_ps (in [0, 1]):
     one per row (a [batch] tensor) or one number for all rows.
     seeds, positions: int per row; with seeds, the token is a pure function
@@ -356,7 +357,7 @@ def sample(
         _raise_if_any(
             op,
             [
-                ("temperatures", ~(temperatures >= 0) | torch.isinf(temperatures), "finite and >= 0"),
+                ("temperatures", ~(temperatures >= 0), ">= 0 (+inf: uniform over the finite logits)"),
                 ("top_ks", (top_ks < 1) & (top_ks != -1), ">= 1 (or -1 for no top-k)"),
                 ("top_ps", ~((top_ps > 0) & (top_ps <= 1)), "in (0, 1]"),
                 ("min_ps", ~((min_ps >= 0) & (min_ps <= 1)), "in [0, 1]"),

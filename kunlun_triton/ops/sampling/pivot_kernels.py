@@ -32,6 +32,7 @@ from .kernels import (
 )
 from .primitives import (
     ID_BIG,
+    FLT_MAX,
     KEY_BIG,
     KEY_NEG_INF,
     SEARCH_ITERS,
@@ -53,10 +54,15 @@ def _pivots(lo, hi, cand_key, has_cand, PIVOTS: tl.constexpr):
     4 pivots). Returns (pivots, v0)."""
     v0 = tl.where(has_cand, cand_key, lo)
     j = tl.arange(0, PIVOTS)[None, :]
-    a = key_value(v0)[:, None]
-    b = key_value(hi)[:, None]
-    step = tl.where(j - 1 < PIVOTS // 2, j - 1, j).to(tl.float32)
-    spread = ordered_key(a + (b - a) * (step / PIVOTS))
+    # Clamped to finite values and mixed as a * (1 - f) + b * f: with v0 the
+    # key of -inf (no candidate yet), or a range past FLT_MAX, ``a + (b - a)
+    # * f`` formed inf * 0 and -inf + inf, NaN pivots (the interpreter's
+    # 'invalid value encountered in multiply', issue 39 row 8).
+    a = tl.minimum(tl.maximum(key_value(v0), -FLT_MAX), FLT_MAX)[:, None]
+    b = tl.minimum(tl.maximum(key_value(hi), -FLT_MAX), FLT_MAX)[:, None]
+    # f in [0, 1] (pivot 0, at f < 0, is v0 anyway): the mix cannot overflow
+    f = tl.maximum(tl.where(j - 1 < PIVOTS // 2, j - 1, j).to(tl.float32) / PIVOTS, 0.0)
+    spread = ordered_key(a * (1.0 - f) + b * f)
     mid = ((v0.to(tl.int64) + hi.to(tl.int64)) >> 1).to(tl.int32)
     pivots = tl.where(j == 1, mid[:, None], spread)
     pivots = tl.minimum(tl.maximum(pivots, v0[:, None]), hi[:, None])

@@ -20,6 +20,7 @@ KEY_NEG_INF = tl.constexpr(-2139095041)
 KEY_BIG = tl.constexpr(2147483647)
 ID_BIG = tl.constexpr(2147483647)
 FLT_MAX = tl.constexpr(3.4028234663852886e38)
+FLT_MIN = tl.constexpr(1.1754943508222875e-38)  # the smallest normal float32
 # A 32-bit key is pinned exactly after 32 halvings of a <= 2**32 wide range.
 SEARCH_ITERS = tl.constexpr(32)
 

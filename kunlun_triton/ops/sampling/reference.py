@@ -17,7 +17,8 @@ to every token tied with its last value, so the kept set depends on values
 only, never on how a sort orders ties (SGLang's sort keeps an arbitrary
 subset of a tie at the boundary; the kernels keep all of it).
 
-Greedy rows (temperature 0 or top_k 1) put all mass on the argmax, ties to
+A temperature above 2**126 (+inf included) acts as 2**126: every finite
+logit of an ordinary row equally likely. Greedy rows (temperature 0 or top_k 1) put all mass on the argmax, ties to
 the lowest token id. NaN logits count as -inf, +inf as the largest finite
 float32. A row with no finite logit puts all mass on token 0.
 
@@ -47,10 +48,16 @@ def _no_top_k(top_ks: torch.Tensor, vocab: int) -> torch.Tensor:
     return torch.where((top_ks < 1) | (top_ks > vocab), vocab, top_ks)
 
 
-def _keep_sorted_prefix(probs, top_ks, top_ps, min_ps, total):
-    """Boolean [B, V] of kept tokens (ties at the boundary all kept)."""
+def _keep_sorted_prefix(probs, top_ks, top_ps, min_ps, total, order=None):
+    """Boolean [B, V] of kept tokens (ties at the boundary all kept), ranked
+    by `order` (default: the probs themselves; `filtered_probs` ranks by the
+    scaled logits, as the kernels rank by the logits' keys: at a huge
+    temperature every prob rounds to the same value, the logits still
+    differ)."""
     vocab = probs.shape[1]
-    probs_sort, _ = probs.sort(dim=1, descending=True, stable=True)
+    order = probs if order is None else order
+    order_sort, idx = order.sort(dim=1, descending=True, stable=True)
+    probs_sort = probs.gather(1, idx)
     mass_above = probs_sort.cumsum(dim=1) - probs_sort
     rank = torch.arange(vocab, device=probs.device).view(1, -1)
     keep = rank < _no_top_k(top_ks, vocab).view(-1, 1).to(probs.device)
@@ -58,14 +65,16 @@ def _keep_sorted_prefix(probs, top_ks, top_ps, min_ps, total):
     keep &= (mass_above <= top_ps * total.view(-1, 1)) | (top_ps >= 1.0)
     keep &= probs_sort >= min_ps.double().view(-1, 1).to(probs.device) * probs_sort[:, :1]
     kept_len = keep.sum(dim=1).clamp(min=1)
-    cut = probs_sort.gather(1, (kept_len - 1).view(-1, 1))
-    return probs >= cut
+    cut = order_sort.gather(1, (kept_len - 1).view(-1, 1))
+    return order >= cut
 
 
 def filtered_probs(logits, temperatures, top_ks, top_ps, min_ps) -> torch.Tensor:
     """The renormalised distribution each row samples from, float64 [B, V]."""
     x = _clean_logits(logits)
-    temperatures = temperatures.double().to(x.device)
+    # A temperature past 2**126 = 1 / FLT_MIN acts as 2**126, as in the
+    # kernels: +inf (SGLang's fp32 of 1e308) would make -inf / inf = NaN.
+    temperatures = temperatures.double().to(x.device).clamp(max=2.0**126)
     is_greedy = (temperatures == 0) | (top_ks.to(x.device) == 1)
     # float64 holds any fp32 logit over any fp32 temperature: no clamp after
     # the division (it would tie a huge finite logit with +inf).
@@ -73,7 +82,7 @@ def filtered_probs(logits, temperatures, top_ks, top_ps, min_ps) -> torch.Tensor
     valid = (x > float("-inf")).any(dim=1)
     probs = torch.softmax(torch.where(valid.view(-1, 1), x, 0.0), dim=1)
     total = torch.ones(x.shape[0], dtype=torch.float64, device=x.device)
-    keep = _keep_sorted_prefix(probs, top_ks, top_ps, min_ps, total)
+    keep = _keep_sorted_prefix(probs, top_ks, top_ps, min_ps, total, order=torch.where(valid.view(-1, 1), x, 0.0))
     out = torch.where(keep, probs, 0.0)
     out = out / out.sum(dim=1, keepdim=True)
     one_hot = torch.zeros_like(out)
@@ -147,3 +156,73 @@ def sort_based_sample(logits, temperatures, top_ks, top_ps, min_ps, generator=No
     probs_sort[probs_sort < (probs_sort[:, 0] * min_ps).view(-1, 1)] = 0.0
     picked = torch.multinomial(probs_sort, num_samples=1, generator=generator)
     return torch.gather(probs_idx, 1, picked).view(-1)
+
+
+def tree_layout(parents, batch_offset: int = 0):
+    """SGLang's draft-tree layout of one request from its nodes' parents
+    (``parents[0] == -1``, the root; every other parent earlier in the
+    list): (retrive_index, retrive_next_token, retrive_next_sibling) as
+    int64 [D] tensors; children linked in node order, ``retrive_index`` the
+    node's flat row ``batch_offset + i``."""
+    count = len(parents)
+    next_token, next_sibling = [-1] * count, [-1] * count
+    last_child = {}
+    for node in range(1, count):
+        parent = parents[node]
+        if parent in last_child:
+            next_sibling[last_child[parent]] = node
+        else:
+            next_token[parent] = node
+        last_child[parent] = node
+    index = torch.arange(batch_offset, batch_offset + count, dtype=torch.int64)
+    return index, torch.tensor(next_token, dtype=torch.int64), torch.tensor(next_sibling, dtype=torch.int64)
+
+
+def tree_speculative_sampling_target_only(
+    predicts, accept_index, accept_token_num, candidates, retrive_index, retrive_next_token, retrive_next_sibling,
+    uniform_samples, uniform_samples_for_final_sampling, target_probs, draft_probs,
+    threshold_single=1.0, threshold_acc=1.0, deterministic=True,
+) -> None:  # fmt: skip
+    """SGLang's target-only verification of draft trees, request by request
+    on host values in float64 (the oracle; the op's docstring in
+    `tree_kernels` states the rule). Writes `predicts`, `accept_index`,
+    `accept_token_num` and the rejected entries of `draft_probs` in place,
+    as SGLang's kernel does. The thresholds are compared as the fp32 values
+    the kernel gets (threshold_acc at least 1e-9)."""
+    t_single = float(torch.tensor(threshold_single, dtype=torch.float32))
+    t_acc = max(float(torch.tensor(threshold_acc, dtype=torch.float32)), float(torch.tensor(1e-9, dtype=torch.float32)))
+    spec = accept_index.shape[1]
+    vocab = target_probs.shape[-1]
+    for b in range(candidates.shape[0]):
+        tokens, index = candidates[b].tolist(), retrive_index[b].tolist()
+        first_child, sibling = retrive_next_token[b].tolist(), retrive_next_sibling[b].tolist()
+        coins = uniform_samples[b].double().tolist()
+        target = target_probs[b].double()
+        draft = draft_probs[b].double().clone()
+        node, path = 0, [index[0]]
+        level_mass, coin = 0.0, coins[0]
+        child = first_child[0] if spec > 1 else -1
+        while child != -1:
+            token = tokens[child]
+            mass = float(target[node, token])
+            level_mass += mass
+            if mass > 0 and (coin < level_mass / t_acc or mass >= t_single):
+                predicts[path[-1]] = token
+                path.append(index[child])
+                node, level_mass, coin = child, 0.0, coins[child]
+                child = first_child[child] if len(path) < spec else -1
+            else:
+                draft[node, token] = mass
+                draft_probs[b, node, token] = target_probs[b, node, token]
+                child = sibling[child]
+        accepted = len(path) - 1
+        accept_index[b, : len(path)] = torch.tensor(path, dtype=accept_index.dtype)
+        accept_token_num[b] = accepted
+        residual = target[node] - (0.0 if accepted == spec - 1 else draft[node])
+        residual = residual.clamp(min=0.0)
+        cdf = residual.cumsum(0)
+        u = float(uniform_samples_for_final_sampling[b]) * float(cdf[-1])
+        hits = torch.nonzero((cdf > u) & (residual > 0)).flatten()
+        positive = torch.nonzero(residual > 0).flatten()
+        token = hits[0] if hits.numel() else (positive[-1] if positive.numel() else vocab - 1)
+        predicts[path[-1]] = int(token)

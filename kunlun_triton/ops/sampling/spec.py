@@ -25,9 +25,10 @@ import torch
 
 from ...runtime.config_keys import TILE
 from ..spec import OpCase, OpSpec
-from . import ops, reference, renorm
+from . import ops, reference, renorm, tree_sampling
 from .ops import greedy, sample
 from .renorm import min_p_renorm_probs, renorm_probs, top_k_renorm_probs, top_p_renorm_probs
+from .tree_sampling import tree_speculative_sampling_target_only
 
 MAX_MISMATCH = 0.02
 
@@ -185,6 +186,83 @@ def _renorm_kernels(op_name):
     return kernels
 
 
+# A draft tree of 8 nodes, 4 levels (root; 3 children; 2, 1 grandchildren;
+# one great-grandchild): branching and a chain, as EAGLE's top-k trees.
+TREE_PARENTS = (-1, 0, 0, 0, 1, 1, 2, 4)
+TREE_SPEC = 4  # accept_index's width: the tree's depth + 1
+
+
+def tree_inputs(batch, vocab, device, seed=0, parents=TREE_PARENTS, spec=TREE_SPEC, agree=0.5):
+    """The arguments of one `tree_speculative_sampling_target_only` call:
+    fresh outputs as SGLang makes them (predicts 0, accept_index -1,
+    draft_probs 0), a peaked target, and drafts that take the parent's most
+    likely token with probability `agree` (else a random one)."""
+    gen = torch.Generator().manual_seed(seed * 7919 + batch * 7 + vocab)
+    draft = len(parents)
+    layout = [reference.tree_layout(parents, b * draft) for b in range(batch)]
+    index, first_child, sibling = (torch.stack([t[i] for t in layout]) if batch else torch.zeros(0, draft, dtype=torch.int64)
+                                   for i in range(3))  # fmt: skip
+    target = torch.softmax(3 * torch.randn(batch, draft, vocab, generator=gen), dim=-1)
+    parent_rows = target[:, [max(p, 0) for p in parents]]
+    random = torch.randint(0, vocab, (batch, draft), generator=gen)
+    candidates = torch.where(torch.rand(batch, draft, generator=gen) < agree, parent_rows.argmax(-1), random)
+    coins, final = torch.rand(batch, draft, generator=gen), torch.rand(batch, generator=gen)
+    to = lambda t: t.to(device)  # noqa: E731
+    return (to(torch.zeros(batch * draft, dtype=torch.int32)), to(torch.full((batch, spec), -1, dtype=torch.int32)),
+            to(torch.zeros(batch, dtype=torch.int32)), to(candidates), to(index), to(first_child), to(sibling),
+            to(coins), to(final), to(target), to(torch.zeros_like(target)))  # fmt: skip
+
+
+def _fresh(args):
+    """Copies of the in-place outputs (predicts, accept_index, accept_token_num, draft_probs)."""
+    return tuple(a.clone() if i in (0, 1, 2, 10) else a for i, a in enumerate(args))
+
+
+def compare_tree(out, ref, dtype) -> tuple[float, bool]:
+    """(fraction of requests whose predicts, accept_index or count differ, ok):
+    at most MAX_MISMATCH of them (fp32 sums against the float64 oracle can
+    fall on either side of a coin)."""
+    (pred, index, count), (r_pred, r_index, r_count) = ([t.cpu() for t in o] for o in (out, ref))
+    batch = count.numel()
+    if not batch:
+        return 0.0, True
+    differ = (pred.view(batch, -1) != r_pred.view(batch, -1)).any(1) | (index != r_index).any(1) | (count != r_count)
+    mismatch = differ.double().mean().item()
+    return mismatch, mismatch <= max(MAX_MISMATCH, 1.0 / batch)
+
+
+def tree_case(shape, dtype, device) -> OpCase:
+    args = tree_inputs(shape["batch"], shape["vocab"], device)
+
+    def run(config=None):
+        fresh = _fresh(args)
+        tree_speculative_sampling_target_only(*fresh, check=False, config=config)
+        return fresh[:3]
+
+    def ref():
+        fresh = _fresh(args)
+        reference.tree_speculative_sampling_target_only(*fresh)
+        return fresh[:3]
+
+    return OpCase(
+        run=run,
+        reference=ref,
+        dims={"vocab": shape["vocab"]},
+        # the ideal: one read of the chosen node's target and draft rows per request
+        bytes_moved=2 * shape["batch"] * shape["vocab"] * 4,
+        args=args,
+        time_reference=False,  # a host loop, no baseline; SGLang's is CUDA C++ (sgl_kernel)
+    )
+
+
+def tree_shapes(preset, quick):
+    return [{"vocab": v, "batch": b} for v in _vocabs(preset, quick) for b in ([2] if quick else [1, 16, 64])]
+
+
+def tree_kernels(shape, dtype, config):
+    return tree_sampling.tree_kernel_specs(shape["batch"], len(TREE_PARENTS), TREE_SPEC, shape["vocab"], config)
+
+
 _DOCTOR_RENORM = (({"batch": 9, "vocab": 1000}, torch.float32),)
 # Looked up by the vocabulary only: a row's blocks (and so its draw) never depend on the batch.
 _TUNE = dict(tune_candidates=tune_candidates, tune_shapes=tune_shapes, bench_dtype=torch.float32, x_axis="batch",
@@ -204,4 +282,7 @@ SPECS = [
            renorm_shapes, kernels=_renorm_kernels("min_p_renorm_probs"), function=min_p_renorm_probs, **_TUNE),
     OpSpec("renorm_probs", "sampling", _renorm_case(renorm_probs, ("top_ks", "top_ps", "min_ps")), _DOCTOR_RENORM,
            renorm_shapes, kernels=_renorm_kernels("renorm_probs"), function=renorm_probs, **_TUNE),
+    OpSpec("tree_speculative_sampling_target_only", "sampling", tree_case,
+           (({"batch": 5, "vocab": 1000}, torch.float32),), tree_shapes, compare=compare_tree, kernels=tree_kernels,
+           function=tree_speculative_sampling_target_only, **_TUNE),
 ]  # fmt: skip

@@ -176,3 +176,54 @@ def test_greedy_checked_on_bf16_logits_of_a_5000_vocab():
     logits = torch.randn(3, 5000, generator=gen).to(torch.bfloat16).to(DEVICE)
     out = api.greedy(logits, check=True)
     assert torch.equal(out, logits.float().argmax(-1))
+
+
+# ---- issue 39 row 8: extreme but valid values in one batch ----
+
+
+def test_extreme_values_in_a_batch_raise_no_warning_and_reach_no_nan():
+    """Temperature 1e308 (+inf once stored in fp32, as SGLang stores it) and
+    top_p / min_p 1e-308 (0 in fp32) next to ordinary rows, with NaN and
+    -inf logits and a vocabulary that does not fill the last block. Before the
+    fix, 1 / inf = 0 multiplied the -inf of masked lanes: the interpreter
+    warned 'invalid value encountered in multiply' and the NaN reached the
+    block sums top-p reads. Warnings are errors here; every row must draw
+    from the float64 reference distribution (T = inf: every finite logit
+    equally likely)."""
+    import warnings
+
+    vocab, reps = 37, 320
+    gen = torch.Generator().manual_seed(39)
+    base = torch.randn(4, vocab, generator=gen) * 3
+    base[0, 3], base[1, 5], base[2, 7] = float("-inf"), float("nan"), float("-inf")
+    temps = torch.tensor([1e308, 0.7, 1e308, 1.0]).float()
+    top_ks = torch.tensor([-1, 5, 8, -1])
+    top_ps = torch.tensor([1.0, 1e-308, 0.9, 1e-308]).float()
+    min_ps = torch.tensor([1e-308, 0.0, 1e-308, 0.1]).float()
+    assert torch.isinf(temps[0]) and top_ps[1] == 0 and min_ps[0] == 0
+    logits = base.repeat(reps, 1).to(DEVICE)
+    rows = lambda t: t.repeat(reps).to(DEVICE)  # noqa: E731
+    positions = torch.arange(4 * reps, device=DEVICE)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for config in (None, {"BLOCK_R": 4, "BLOCK_V": 16}):
+            tokens = api.sample(logits, rows(temps), rows(top_ks), rows(top_ps), rows(min_ps), seeds=5,
+                                positions=positions, check=False, config=config).view(reps, 4)  # fmt: skip
+            expected = ref.filtered_probs(base, temps, top_ks, top_ps, min_ps)
+            assert torch.isfinite(expected).all()
+            assert torch.allclose(expected[0, :3], torch.full((3,), 1.0 / (vocab - 1), dtype=torch.float64))
+            for r in range(4):
+                _assert_follows(tokens[:, r].cpu(), expected[r])
+        probs = torch.softmax(base, dim=1).nan_to_num(0.0).to(DEVICE)
+        out = api.renorm_probs(probs, top_ks.to(DEVICE), top_ps.to(DEVICE), min_ps.to(DEVICE), check=False)
+    assert torch.isfinite(out).all()
+    expected = ref.renorm_probs(probs, torch.where(top_ks < 1, vocab, top_ks), top_ps, min_ps)
+    assert_close(out, expected.float().to(DEVICE), atol=2e-6, rtol=1e-5)
+
+
+def test_infinite_temperature_passes_the_checks():
+    """SGLang takes any temperature >= 0 and stores it in fp32, so 1e308 is
+    +inf: a checked call accepts it (and still refuses NaN and negatives)."""
+    logits = torch.randn(2, 20, device=DEVICE)
+    tokens = api.sample(logits, torch.tensor([float("inf"), 1.0], device=DEVICE), -1, 1.0, 0.0, seeds=1)
+    assert tokens.shape == (2,) and bool(((tokens >= 0) & (tokens < 20)).all())

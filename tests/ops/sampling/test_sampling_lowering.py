@@ -8,7 +8,9 @@ for sm_90. About 15 compilations, so the set is chosen, not exhaustive."""
 import pytest
 import torch
 
-from kunlun_triton.ops.sampling import ops, renorm
+from kunlun_triton.introspect import compile_ahead_of_time
+from kunlun_triton.introspect.sass import kernel_cost
+from kunlun_triton.ops.sampling import ops, renorm, tree_sampling
 from kunlun_triton.ops.spec import all_specs
 from kunlun_triton.runtime import get_config
 from kunlun_triton.testing import SHIPPED_TARGETS, assert_lowers
@@ -44,3 +46,21 @@ def test_sampling_kernels_lower():
     one_tile = specs["top_p_renorm_probs"].kernels({"batch": 4, "vocab": 1000}, torch.bfloat16, None)
     assert_lowers(cuda_plan + renorm_specs + kunlun_stats + greedy + one_tile, targets=("cuda",))
     assert_lowers([s for s in cuda_plan if s.kernel.endswith("block_stats_kernel")] + renorm_specs, targets=("hip",))
+
+
+@pytest.mark.parametrize("draft", [8, 64])
+def test_tree_speculative_sampling_lowers_without_spills(draft):
+    """The verify kernel at vocab 151936 for EAGLE's usual 8 draft tokens and
+    a 64-token tree: sm_90 (CUDA's plan and Kunlun's masked loads) and
+    gfx942, every build without a spill."""
+    cuda, hip, kunlun = SHIPPED_TARGETS[0], SHIPPED_TARGETS[1], SHIPPED_TARGETS[2]
+    assert (cuda.name, hip.name, kunlun.name) == ("cuda", "hip", "kunlun")
+    op = "tree_speculative_sampling_target_only"
+    jobs = [(tree_sampling.tree_kernel_specs(4, draft, 4, VOCAB, get_config(op, target=t, vocab=VOCAB), target=t), aot)
+            for t, aot in ((cuda, "cuda"), (kunlun, "cuda"), (hip, "hip"))]  # fmt: skip
+    assert jobs[1][0][0].constexprs["IGNORES_OTHER"] and not jobs[0][0][0].constexprs["IGNORES_OTHER"]
+    for specs, aot in jobs:
+        for result in compile_ahead_of_time(specs, targets=(aot,), artifacts=True):
+            assert result["ok"], result.get("error")
+            cost = kernel_cost(result)
+            assert cost["spill_bytes"] == 0, f"{aot} {result['spec'].label}: {cost}"
