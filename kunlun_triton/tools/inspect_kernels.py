@@ -134,8 +134,9 @@ def _baselines(kind: str) -> dict:
 
     if importlib.util.find_spec("sglang") is None:
         return {}
-    module = __import__("kunlun_triton.sglang_plugin.baselines", fromlist=[kind])
-    return getattr(module, kind)()
+    from ..sglang_plugin.tools import baselines  # imports no SGLang until a table is asked for
+
+    return getattr(baselines, kind)()
 
 
 def inspect_ops(names, target: Target, preset, dtype, batch=None, context=None, overrides=None,

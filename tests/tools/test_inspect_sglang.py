@@ -11,8 +11,8 @@ import torch
 
 from kunlun_triton.ops.spec import all_specs
 from kunlun_triton.runtime import Target, targeting
-from kunlun_triton.sglang_plugin.baselines import programs_baselines, traffic_baselines
-from kunlun_triton.sglang_plugin.baselines.attention import sglang_num_kv_splits
+from kunlun_triton.sglang_plugin.tools.baselines import programs_baselines, traffic_baselines
+from kunlun_triton.sglang_plugin.tools.baselines.attention import sglang_num_kv_splits
 from kunlun_triton.tools.inspect_kernels import inspect_ops, resolve_preset
 
 SM90 = Target("cuda", "sm_90", "meta", "test")

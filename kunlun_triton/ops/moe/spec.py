@@ -224,7 +224,8 @@ SPECS = [
             ({"tokens": 3, "num_experts": 16, "top_k": 4, "scoring": "sigmoid", "bias": True, "groups": 4,
               "topk_group": 2, "scaling": 2.5}, torch.bfloat16)),
            moe_topk_shapes, tune_candidates=moe_topk_candidates, x_axis="tokens", kernels=moe_topk_kernels,
-           config_keys={"ROWS_PER_PROGRAM": TILE}, function=moe_topk, lookup_dims=("num_experts",)),
+           config_keys={"ROWS_PER_PROGRAM": TILE}, function=moe_topk, lookup_dims=("num_experts",),
+           sglang=("MoE layers",), sglang_baselines={"bench": "moe:moe_topk_baseline"}),
     OpSpec("fused_experts", "moe", fused_experts_case,
            (({"tokens": 6, "num_experts": 6, "top_k": 2, "hidden_size": 40, "intermediate_size": 24}, torch.float16),),
            fused_experts_shapes, tune_candidates=fused_experts_candidates, tune_shapes=fused_experts_tune_shapes,
@@ -232,5 +233,7 @@ SPECS = [
            config_keys={"formulation": FORMULATION, **dict.fromkeys(
                ("BLOCK_M", "BLOCK_N", "BLOCK_K", "DOWN_BLOCK_N", "DOWN_BLOCK_K", "ALIGN_TILE"), TILE)},
            function=fused_experts,
-           lookup_dims=("tokens", "num_experts", "top_k", "hidden_size", "intermediate_size")),
+           lookup_dims=("tokens", "num_experts", "top_k", "hidden_size", "intermediate_size"),
+           sglang=("MoE layers", "W8A8-INT8 quantization"),
+           sglang_baselines={"bench": "moe:fused_experts_baseline", "inspect": "moe:fused_experts_inspect_specs"}),
 ]  # fmt: skip

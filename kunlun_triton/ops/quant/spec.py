@@ -149,10 +149,11 @@ SPECS = [
            (({"rows": 5, "d": 96}, torch.bfloat16), ({"rows": 3, "d": 2500}, torch.float16)),
            quant_shapes, tune_candidates=quant_candidates, compare=quant_compare, x_axis="rows",
            kernels=quant_kernels, config_keys={"ROWS_PER_PROGRAM": TILE, "BLOCK_COLS": TILE},
-           function=ops.per_token_quant_int8, lookup_dims=("hidden_size", "rows")),
+           function=ops.per_token_quant_int8, lookup_dims=("hidden_size", "rows"), sglang=("W8A8-INT8 quantization",)),
     OpSpec("int8_scaled_mm", "quant", mm_case,
            (({"m": 5, "n": 40, "k": 72, "bias": True}, torch.bfloat16), ({"m": 1, "n": 24, "k": 40}, torch.float16)),
            mm_shapes, tune_candidates=mm_candidates, tune_keep=mm_keep, x_axis="m", kernels=mm_kernels,
            config_keys={"formulation": FORMULATION, "BLOCK_M": TILE, "BLOCK_N": TILE, "BLOCK_K": TILE},
-           function=ops.int8_scaled_mm, lookup_dims=("m", "n", "k")),
+           function=ops.int8_scaled_mm, lookup_dims=("m", "n", "k"), sglang=("W8A8-INT8 quantization",),
+           sglang_baselines={"inspect": "moe:int8_scaled_mm_inspect_specs"}),
 ]  # fmt: skip

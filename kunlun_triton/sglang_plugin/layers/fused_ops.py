@@ -32,6 +32,8 @@ from __future__ import annotations
 import logging
 import weakref
 
+from ..platform.mode import dev_mode
+
 logger = logging.getLogger("kunlun_triton.sglang_plugin")
 
 
@@ -39,8 +41,6 @@ logger = logging.getLogger("kunlun_triton.sglang_plugin")
 def _checks() -> bool:
     """Input checks on the serving path only in development mode: SGLang's
     layers hand these ops well-formed tensors (shapes fixed by the model)."""
-    from . import dev_mode
-
     return dev_mode()
 
 
@@ -109,8 +109,6 @@ def rotary_cache_for(layer, dtype, device):
 def _rotary_forward(self, positions, query, key, offsets=None, fused_set_kv_buffer_arg=None):
     from kunlun_triton import ops
 
-    from . import dev_mode
-
     if (
         fused_set_kv_buffer_arg is not None
         or hasattr(self, "sin_cos_cache")
@@ -133,8 +131,6 @@ def softcap_logits(original, full_logits, final_logit_softcapping):
     ``softcap_inplace_logits``): in place, our ``logit_softcap``."""
     from kunlun_triton import ops
 
-    from . import dev_mode
-
     if full_logits.dim() == 0 or full_logits.stride(-1) != 1 or not full_logits.is_floating_point():
         return original(full_logits, final_logit_softcapping)
     return ops.logit_softcap(full_logits, final_logit_softcapping, check=dev_mode())
@@ -144,8 +140,6 @@ def _deepseek_rotary_forward(self, positions, query, key, offsets=None):
     """DeepseekScalingRotaryEmbedding: q_pe [tokens, heads, rope] and k_pe
     [tokens, 1, rope], views into q and the latent, rotated in place."""
     from kunlun_triton import ops
-
-    from . import dev_mode
 
     if (
         key is None
@@ -191,10 +185,20 @@ def register_fused_ops(dispatch_key: str) -> dict[type, str]:
     from sglang.srt.layers.layernorm import RMSNorm
     from sglang.srt.layers.rotary_embedding.rope_variant import DeepseekScalingRotaryEmbedding
 
-    table = [(RMSNorm, _rms_norm_forward, "rms_norm"), (SiluAndMul, _silu_and_mul_forward, "silu_and_mul"),
-             (GeluAndMul, _gelu_and_mul_forward, "gelu_and_mul")]  # fmt: skip
-    table += [(cls, _rotary_forward, "rotary_embedding") for cls in _rotary_classes()]
-    table.append((DeepseekScalingRotaryEmbedding, _deepseek_rotary_forward, "rotary_embedding"))
+    from ...ops.spec import all_specs
+
+    # our forward per SGLang layer, under the name the specs give it (`OpSpec.sglang_forward`)
+    forwards = {"RMSNorm": [(RMSNorm, _rms_norm_forward)], "SiluAndMul": [(SiluAndMul, _silu_and_mul_forward)],
+                "GeluAndMul": [(GeluAndMul, _gelu_and_mul_forward)],
+                "RotaryEmbedding(+subclasses)": [(cls, _rotary_forward) for cls in _rotary_classes()]
+                + [(DeepseekScalingRotaryEmbedding, _deepseek_rotary_forward)]}  # fmt: skip
+    table = []  # (class, forward, op): a layer serving several ops (RMSNorm) under its first
+    for name, spec in all_specs().items():
+        if spec.sglang_forward and spec.sglang_forward not in forwards:
+            raise LookupError(f"{name}: its spec names the SGLang layer {spec.sglang_forward!r}, which "
+                              f"layers/fused_ops.py has no forward for")  # fmt: skip
+        for cls, fn in forwards.pop(spec.sglang_forward, ()) if spec.sglang_forward else ():
+            table.append((cls, fn, name))
     for cls, fn, _ in table:
         BaseFusedOp.register_oot_forward(cls, fn, dispatch_key)
     logger.debug("kunlun-triton fused ops registered under %r: %s", dispatch_key,
