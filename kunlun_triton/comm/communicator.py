@@ -59,7 +59,6 @@ from ..runtime.env import EnvError, env_flag, env_float, env_str
 from ..runtime.log import logger
 
 DEFAULT_TIMEOUT_S = 600.0
-_TARGET_BACKENDS = {"kunlun": "nccl", "cuda": "nccl", "hip": "nccl", "interpreter": "gloo", "torch": "gloo"}
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
 
 
@@ -86,7 +85,9 @@ def default_backend(target_name: str | None = None) -> str:
         from ..runtime import current_target
 
         target_name = current_target().name
-    return _TARGET_BACKENDS.get(target_name, "gloo")
+    from ..runtime.capabilities import profile  # the target's collective backend is a fact of its profile
+
+    return profile(target_name).collective_backend
 
 
 def timeout_seconds(timeout_s=None, where: str = "TPCommunicator") -> float:

@@ -131,11 +131,25 @@ def default_target(name: str, reason: str) -> Target:
     return Target(name, caps.default_arch, "cuda" if caps.device else "cpu", reason)
 
 
-def aot_target(target: Target | None = None) -> Target:
-    """`target` if ahead-of-time compiles can plan it (a device target), else
-    the default GPU part (cuda sm_90): what the MoE and int8 specs plan for."""
+# What a target without a compiler of its own here (Kunlun: none reachable;
+# the interpreter) compiles as ahead of time: CUDA sm_90, as a proxy.
+AOT_PROXY = "cuda"
+# {target: (backend, arch, warp size)} of triton's GPUTarget, for the targets that compile ahead of time
+AOT_TARGETS = {name: caps.aot_target for name, caps in _PROFILES.items() if caps.aot_target}
+
+
+def aot_name(target: Target) -> str:
+    """The `AOT_TARGETS` name `target`'s plans compile for: its own where it
+    has one, else `AOT_PROXY`'s."""
+    return target.name if target.name in AOT_TARGETS else AOT_PROXY
+
+
+def planning_target(target: Target | None = None) -> Target:
+    """`target` (default: the current one) if it is a device target, else
+    the proxy's default part (cuda sm_90): what a spec plans its kernels for
+    under the interpreter, whose kernels never compile."""
     target = target or current_target()
-    return target if capabilities(target).device else default_target("cuda", "ahead-of-time compile")
+    return target if capabilities(target).device else default_target(AOT_PROXY, "ahead-of-time compile")
 
 
 def fast_launch_backend(backend: str) -> bool:

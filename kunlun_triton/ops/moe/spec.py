@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import torch
 
-from ...runtime import Target, current_target, get_config
+from ...runtime import Target, get_config
+from ...runtime.capabilities import AOT_PROXY, default_target, planning_target
 from ...introspect.aot import KernelSpec
 from ..spec import FORMULATION, TILE, OpCase, OpSpec
 from . import reference
@@ -33,7 +34,7 @@ GROUPED_ROUTING = {"model": "deepseek-v3", "num_experts": 256, "top_k": 8, "scor
 DECODE_TOKENS = (1, 16, 64)
 PREFILL_TOKENS = (1024, 4096)
 # The AOT targets' capabilities (tl.dot everywhere, bf16 dot right, other= honoured).
-GPU = Target("cuda", "sm_90", "cuda", "ahead-of-time compile")
+GPU = default_target(AOT_PROXY, "ahead-of-time compile")  # the AOT proxy's default part (sm_90)
 TRITON_DTYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
 
 
@@ -189,8 +190,7 @@ def fused_experts_keep(candidate, shape) -> bool:
 def _compile_target() -> Target:
     """The active target where it compiles (cuda, hip, kunlun), else the GPU
     (the lowering tests plan under the interpreter, whose kernels never compile)."""
-    target = current_target()
-    return target if target.name in ("cuda", "hip", "kunlun") else GPU
+    return planning_target()
 
 
 def fused_experts_kernels(shape, dtype, config) -> list[KernelSpec]:

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import torch
 
-from ...runtime import Target, current_target
+from ...runtime import Target
+from ...runtime.capabilities import planning_target
 from ..spec import FORMULATION, TILE, OpCase, OpSpec
 from . import ops, reference
 
-GPU = Target("cuda", "sm_90", "cuda", "ahead-of-time compile")
 
 
 def _elt(dtype) -> int:
@@ -132,8 +132,7 @@ def mm_kernels(shape, dtype, config):
     GPU's under the interpreter, whose kernels never compile) launches it."""
     from ...introspect.launches import kernel_specs, with_loop_items
 
-    target = current_target()
-    target = target if target.name in ("cuda", "hip", "kunlun") else GPU
+    target = planning_target()
     m, n, k = shape["m"], shape["n"], shape["k"]
     meta = lambda *size, dt=torch.int8: torch.empty(*size, dtype=dt, device="meta")  # noqa: E731
     a, b = meta(m, k), meta(n, k).t()
