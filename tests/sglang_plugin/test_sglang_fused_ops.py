@@ -103,3 +103,23 @@ def test_fused_op_forwards_are_the_specs_with_an_sglang_forward():
     # every declared layer is registered (RMSNorm's one forward serves rms_norm and fused_add_rms_norm)
     for name, layer in declared.items():
         assert any(cls.__name__ == layer for cls in registered), (name, layer)
+
+
+def test_elementwise_layers_named_by_a_spec_compute_what_sglang_native_does():
+    """A spec naming an SGLang layer with no forward of its own in the plugin
+    (`elementwise_forward`: y = op(x)) is served by the spec's function: the
+    registered forward matches the layer's own ``forward_native`` (SGLang's
+    torch code: the oracle) within the float32 tolerance (SiluAndMul today)."""
+    from sglang.kernels.fused_op import BaseFusedOp
+
+    from kunlun_triton.ops.spec import all_specs
+    from kunlun_triton.sglang_plugin.layers.fused_ops import register_fused_ops
+
+    registered = register_fused_ops("kunlun_elementwise_test")
+    forwards = BaseFusedOp._oot_forward_registry.pop("kunlun_elementwise_test")
+    generic = {cls: fn for cls, fn in forwards.items() if fn.__name__ == f"{registered[cls]}_forward"}
+    assert generic, "no layer is served by the elementwise forward"
+    for cls, fn in generic.items():
+        assert all_specs()[registered[cls]].sglang_forward == cls.__name__
+        x = torch.randn(5, 2 * 48, generator=torch.Generator().manual_seed(3)).to(DEVICE)
+        assert_close(fn(cls(), x), cls().forward_native(x))

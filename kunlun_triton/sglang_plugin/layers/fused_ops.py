@@ -72,10 +72,30 @@ def _rms_norm_forward(self, x, residual=None, post_residual_addition=None, quant
     return out, residual
 
 
-def _silu_and_mul_forward(self, x):
-    from kunlun_triton import ops
+def elementwise_forward(op):
+    """The forward of a layer whose whole job is ``y = op(x)`` (SiluAndMul):
+    what an elementwise op's spec gets by naming the layer in
+    `OpSpec.sglang_forward`, with no code here."""
 
-    return ops.silu_and_mul(x, check=_checks())
+    def forward(self, x):
+        return op(x, check=_checks())
+
+    forward.__name__ = forward.__qualname__ = f"{op.__name__}_forward"
+    return forward
+
+
+# Where SGLang defines the layers an elementwise op's spec may name.
+ELEMENTWISE_LAYER_MODULES = ("sglang.srt.layers.activation",)
+
+
+def _elementwise_layer(name: str):
+    import importlib
+
+    for module in ELEMENTWISE_LAYER_MODULES:
+        cls = getattr(importlib.import_module(module), name, None)
+        if isinstance(cls, type):
+            return cls
+    return None
 
 
 def _gelu_and_mul_forward(self, x):
@@ -181,24 +201,31 @@ def register_fused_ops(dispatch_key: str) -> dict[type, str]:
     """Register our forwards under `dispatch_key` (the install table does, once);
     returns {class: op name}."""
     from sglang.kernels.fused_op import BaseFusedOp
-    from sglang.srt.layers.activation import GeluAndMul, SiluAndMul
+    from sglang.srt.layers.activation import GeluAndMul
     from sglang.srt.layers.layernorm import RMSNorm
     from sglang.srt.layers.rotary_embedding.rope_variant import DeepseekScalingRotaryEmbedding
 
     from ...ops.spec import all_specs
 
-    # our forward per SGLang layer, under the name the specs give it (`OpSpec.sglang_forward`)
-    forwards = {"RMSNorm": [(RMSNorm, _rms_norm_forward)], "SiluAndMul": [(SiluAndMul, _silu_and_mul_forward)],
-                "GeluAndMul": [(GeluAndMul, _gelu_and_mul_forward)],
+    # our forward per SGLang layer with more to it than y = op(x), under the
+    # name the specs give the layer (`OpSpec.sglang_forward`); any other layer
+    # a spec names gets `elementwise_forward` of the spec's function
+    forwards = {"RMSNorm": [(RMSNorm, _rms_norm_forward)], "GeluAndMul": [(GeluAndMul, _gelu_and_mul_forward)],
                 "RotaryEmbedding(+subclasses)": [(cls, _rotary_forward) for cls in _rotary_classes()]
                 + [(DeepseekScalingRotaryEmbedding, _deepseek_rotary_forward)]}  # fmt: skip
-    table = []  # (class, forward, op): a layer serving several ops (RMSNorm) under its first
+    table, served = [], set()  # (class, forward, op): a layer serving several ops (RMSNorm) under its first
     for name, spec in all_specs().items():
-        if spec.sglang_forward and spec.sglang_forward not in forwards:
-            raise LookupError(f"{name}: its spec names the SGLang layer {spec.sglang_forward!r}, which "
-                              f"layers/fused_ops.py has no forward for")  # fmt: skip
-        for cls, fn in forwards.pop(spec.sglang_forward, ()) if spec.sglang_forward else ():
-            table.append((cls, fn, name))
+        layer_name = spec.sglang_forward
+        if not layer_name or layer_name in served:
+            continue
+        served.add(layer_name)
+        if layer_name not in forwards:
+            layer = _elementwise_layer(spec.sglang_forward)
+            if layer is None:
+                raise LookupError(f"{name}: its spec names the SGLang layer {spec.sglang_forward!r}, found neither "
+                                  f"in {', '.join(ELEMENTWISE_LAYER_MODULES)} nor with a forward here")  # fmt: skip
+            forwards[layer_name] = [(layer, elementwise_forward(spec.function))]
+        table += [(cls, fn, name) for cls, fn in forwards[layer_name]]
     for cls, fn, _ in table:
         BaseFusedOp.register_oot_forward(cls, fn, dispatch_key)
     logger.debug("kunlun-triton fused ops registered under %r: %s", dispatch_key,
