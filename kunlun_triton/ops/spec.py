@@ -180,6 +180,18 @@ def served_by(touchpoint: str, families=FAMILIES) -> tuple[str, ...]:
     return specs_where(lambda s: touchpoint in s.sglang, families)
 
 
+# A baseline's function in sglang_plugin/tools/baselines/<module>.py: <stage>_<suffix>.
+BASELINE_SUFFIXES = {"bench": "baseline", "inspect": "inspect_specs", "traffic": "inspect_traffic",
+                     "programs": "inspect_programs", "launcher": "launcher_call"}  # fmt: skip
+
+
+def baselines(where: str, *kinds: str) -> dict[str, str]:
+    """`OpSpec.sglang_baselines` for SGLang's kernels of `where` ("module:stage",
+    e.g. "attention:decode"), one per kind: ``{kind: "module:<stage>_<suffix>"}``."""
+    module, _, stage = where.partition(":")
+    return {kind: f"{module}:{stage}_{BASELINE_SUFFIXES[kind]}" for kind in kinds}
+
+
 def with_baseline(kind: str, families=FAMILIES) -> dict[str, str]:
     """``{op: "module:function"}``: the ops with an SGLang baseline of `kind`."""
     return {name: spec.sglang_baselines[kind] for name, spec in all_specs(families).items()

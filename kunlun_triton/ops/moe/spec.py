@@ -18,7 +18,7 @@ import torch
 from ...runtime import Target, get_config
 from ...runtime.capabilities import AOT_PROXY, default_target, planning_target
 from ...introspect.aot import KernelSpec
-from ..spec import FORMULATION, TILE, OpCase, OpSpec
+from ..spec import FORMULATION, TILE, OpCase, OpSpec, baselines
 from . import reference
 from .fused_experts import FORMULATIONS, SUM_TILE_CAP, fused_experts
 from .moe_topk import _plan as topk_plan
@@ -225,7 +225,7 @@ SPECS = [
               "topk_group": 2, "scaling": 2.5}, torch.bfloat16)),
            moe_topk_shapes, tune_candidates=moe_topk_candidates, x_axis="tokens", kernels=moe_topk_kernels,
            config_keys={"ROWS_PER_PROGRAM": TILE}, function=moe_topk, lookup_dims=("num_experts",),
-           sglang=("MoE layers",), sglang_baselines={"bench": "moe:moe_topk_baseline"}),
+           sglang=("MoE layers",), sglang_baselines=baselines("moe:moe_topk", "bench")),
     OpSpec("fused_experts", "moe", fused_experts_case,
            (({"tokens": 6, "num_experts": 6, "top_k": 2, "hidden_size": 40, "intermediate_size": 24}, torch.float16),),
            fused_experts_shapes, tune_candidates=fused_experts_candidates, tune_shapes=fused_experts_tune_shapes,
@@ -235,5 +235,5 @@ SPECS = [
            function=fused_experts,
            lookup_dims=("tokens", "num_experts", "top_k", "hidden_size", "intermediate_size"),
            sglang=("MoE layers", "W8A8-INT8 quantization"),
-           sglang_baselines={"bench": "moe:fused_experts_baseline", "inspect": "moe:fused_experts_inspect_specs"}),
+           sglang_baselines=baselines("moe:fused_experts", "bench", "inspect")),
 ]  # fmt: skip

@@ -12,7 +12,7 @@ import torch
 
 from ...runtime import Target
 from ...runtime.capabilities import planning_target
-from ..spec import FORMULATION, TILE, OpCase, OpSpec
+from ..spec import FORMULATION, TILE, OpCase, OpSpec, baselines
 from . import ops, reference
 
 
@@ -154,5 +154,5 @@ SPECS = [
            mm_shapes, tune_candidates=mm_candidates, tune_keep=mm_keep, x_axis="m", kernels=mm_kernels,
            config_keys={"formulation": FORMULATION, "BLOCK_M": TILE, "BLOCK_N": TILE, "BLOCK_K": TILE},
            function=ops.int8_scaled_mm, lookup_dims=("m", "n", "k"), sglang=("W8A8-INT8 quantization",),
-           sglang_baselines={"inspect": "moe:int8_scaled_mm_inspect_specs"}),
+           sglang_baselines=baselines("moe:int8_scaled_mm", "inspect")),
 ]  # fmt: skip
