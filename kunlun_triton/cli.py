@@ -96,9 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
         ("convert-weights", "kunlun_triton.tools.convert_weights", "main",
          "convert a safetensors checkpoint to fp16 (or a GGUF file to a safetensors checkpoint)"),
         ("models", "kunlun_triton.tools.models", "main", "fetch a known real model (smollm2) and print its path"),
-        ("regress", "kunlun_triton.sglang_plugin.regress", "main",
+        ("regress", "kunlun_triton.sglang_plugin.tools.regress", "main",
          "record a model's greedy outputs and top-5 logprobs as a golden file, or compare with one"),
-        ("serve", "kunlun_triton.sglang_plugin.serve", "serve_main", "sglang.launch_server on the kunlun platform"),
+        ("serve", "kunlun_triton.sglang_plugin.tools.serve", "serve_main", "sglang.launch_server on the kunlun platform"),
         ("scale-out", "kunlun_triton.tools.scale_out", "main",
          "bytes per MoE layer and token at EP 2/4/8 vs TP; --host-time: collectives vs torch.distributed"),
     ):

@@ -256,7 +256,7 @@ def main(argv=None) -> int:
     workdir = os.path.abspath(args.workdir or tempfile.mkdtemp(prefix="kt_bench_serving_"))
     os.makedirs(workdir, exist_ok=True)
     if args.model_path is None:
-        from kunlun_triton.sglang_plugin.tiny_model import build_tiny_model
+        from kunlun_triton.sglang_plugin.tools.tiny_model import build_tiny_model
 
         args.model_path = str(build_tiny_model(os.path.join(workdir, "tiny-llama"), "llama"))
         args.dtype = args.dtype or "float32"

@@ -27,8 +27,8 @@ from kunlun_triton.ops.spec import all_specs
 from kunlun_triton.tools.inspect_kernels import launcher_overhead, op_shape, parse_target
 from kunlun_triton.tools.presets import DEFAULT_PRESET, MODEL_PRESETS
 
-DEFAULT_OPS = ("sample,fused_experts,extend_attention,decode_attention,greedy,silu_and_mul,rms_norm,"
-               "fused_add_rms_norm,rotary_embedding,store_kv,moe_topk,top_p_renorm_probs,logit_softcap")  # fmt: skip
+# Every op SGLang reaches through the install table (the specs say which: `OpSpec.sglang_forward`, `OpSpec.sglang`).
+DEFAULT_OPS = ",".join(name for name, spec in all_specs().items() if spec.sglang_forward or spec.sglang)
 
 
 class _LaunchesOff:
@@ -54,7 +54,7 @@ def main() -> None:
     target, specs = parse_target("cuda"), all_specs()
     print(f"{'op (batch 8)':22s} {'whole':>6s} {'Python':>7s} {'launches':>9s}  (ratios to torch.empty((8, 4096)))")
     for name in args.ops.split(","):
-        preset = MODEL_PRESETS["qwen3-30b-a3b" if name == "fused_experts" else DEFAULT_PRESET]
+        preset = MODEL_PRESETS["qwen3-30b-a3b" if specs[name].family == "moe" else DEFAULT_PRESET]  # an MoE model
         shape = op_shape(specs[name], preset, 8, 1024 if "attention" in name else None, None)
         whole = _ratio(name, specs[name], target, shape)
         with _LaunchesOff():

@@ -47,7 +47,7 @@ def _model(args):
         except FetchError as exc:
             _say(f"SmolLM2 cannot be had: {exc}")
             _say("running the tiny random model instead (its output is gibberish)")
-    from kunlun_triton.sglang_plugin.tiny_model import build_tiny_model, default_model_dir
+    from kunlun_triton.sglang_plugin.tools.tiny_model import build_tiny_model, default_model_dir
 
     arch = args.arch or "llama"
     model_dir = default_model_dir(arch)

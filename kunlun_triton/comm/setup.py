@@ -12,7 +12,6 @@ from ..runtime.env import EnvError, env_float, env_str
 
 DEFAULT_TIMEOUT_S = 600.0
 MAX_TIMEOUT_S = 365 * 24 * 3600.0  # a year: beyond it a "timeout" is a hang
-_TARGET_BACKENDS = {"kunlun": "nccl", "cuda": "nccl", "hip": "nccl", "interpreter": "gloo", "torch": "gloo"}
 
 
 class CollectiveError(RuntimeError):
@@ -38,7 +37,9 @@ def default_backend(target_name: str | None = None) -> str:
         from ..runtime import current_target
 
         target_name = current_target().name
-    return _TARGET_BACKENDS.get(target_name, "gloo")
+    from ..runtime.capabilities import profile  # the target's collective backend is a fact of its profile
+
+    return profile(target_name).collective_backend
 
 
 def timeout_seconds(timeout_s=None, where: str = "TPCommunicator") -> float:

@@ -19,7 +19,7 @@ import sys
 from dataclasses import asdict, dataclass, field
 
 # name -> GPUTarget(backend, arch, warp_size)
-AOT_TARGETS = {"cuda": ("cuda", 90, 32), "hip": ("hip", "gfx942", 64)}
+from ..runtime.capabilities import AOT_TARGETS, aot_name
 
 
 @dataclass(frozen=True)
@@ -126,4 +126,4 @@ def aot_target(target) -> str:
     """The `AOT_TARGETS` name a target's (`runtime.Target`) plans compile
     for: HIP's for ``hip``, CUDA sm_90's for the rest (no Kunlun compiler is
     reachable here: Kunlun's plans compile for sm_90 as a proxy)."""
-    return "hip" if target.name == "hip" else "cuda"
+    return aot_name(target)

@@ -40,6 +40,8 @@ from dataclasses import dataclass, field
 from triton.runtime.interpreter import InterpretedFunction
 from triton.runtime.jit import JITFunction, KernelParam
 
+from ..runtime.capabilities import AOT_PROXY, AOT_TARGETS
+
 _KERNEL_CLASSES = (JITFunction, InterpretedFunction)
 
 
@@ -70,7 +72,7 @@ def _binder(kernel):
         skip_align = set(kernel.kwargs.get("do_not_specialize_on_alignment") or ())
         params = [KernelParam(i, p, i in skip or p.name in skip, i in skip_align or p.name in skip_align)
                   for i, p in enumerate(signature.parameters.values())]  # fmt: skip
-    binder = create_function_from_signature(signature, params, make_backend(GPUTarget("cuda", 90, 32)))
+    binder = create_function_from_signature(signature, params, make_backend(GPUTarget(*AOT_TARGETS[AOT_PROXY])))
     _binders[fn] = binder
     return binder
 
@@ -209,7 +211,7 @@ class _StubDriver:
     def get_current_target(self):
         from triton.backends.compiler import GPUTarget
 
-        return GPUTarget("cuda", 90, 32)
+        return GPUTarget(*AOT_TARGETS[AOT_PROXY])
 
 
 def _compiled_kernel_class():

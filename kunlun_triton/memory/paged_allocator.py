@@ -63,6 +63,7 @@ import torch
 
 from ..runtime.log import logger
 from .block_pool import BlockPool, PoolStats, count_arg
+from .paged_slots import count_mismatch, extend_slots, host_lengths, token_count_mismatch
 
 
 class PagedKVAllocator:
@@ -207,11 +208,11 @@ class PagedKVAllocator:
         ps = self.page_size
         # numpy ufuncs and methods, not np.cumsum/np.repeat/np.array_equal:
         # those wrappers cost 4 us each here vs 0.6 us for np.add.accumulate.
-        prefix = _host_lengths("alloc_extend", "prefix_lens_cpu", prefix_lens_cpu).astype(np.int64, copy=False)
-        seq = _host_lengths("alloc_extend", "seq_lens_cpu", seq_lens_cpu).astype(np.int64, copy=False)
+        prefix = host_lengths("alloc_extend", "prefix_lens_cpu", prefix_lens_cpu).astype(np.int64, copy=False)
+        seq = host_lengths("alloc_extend", "seq_lens_cpu", seq_lens_cpu).astype(np.int64, copy=False)
         bs = prefix.size
         if seq.size != bs or last_loc.numel() != bs:  # the device prefix_lens/seq_lens are not read
-            raise _count_mismatch("alloc_extend", bs, seq_lens_cpu=seq_lens_cpu, last_loc=last_loc)
+            raise count_mismatch("alloc_extend", bs, seq_lens_cpu=seq_lens_cpu, last_loc=last_loc)
         extend = seq - prefix
         # 0 <= prefix <= seq: a lone request (most prefill batches) by two
         # scalar reads; more by one reduction over both (measured on the
@@ -234,54 +235,14 @@ class PagedKVAllocator:
         if ps == 1:  # every token is a new page
             if needed != extend_num_tokens:
                 self.pool.release(pages.clone(), counted=True, distinct=True)
-                raise _token_count_mismatch(extend_num_tokens, needed)
+                raise token_count_mismatch(extend_num_tokens, needed)
             return pages.clone()  # the view would be overwritten
         try:
-            return self._extend_slots(pages, prefix, extend, prefix_pages, new_per_req, last_loc, extend_num_tokens)
+            return extend_slots(pages, self.pool._page_offsets, self.page_size, prefix, extend, prefix_pages, new_per_req,
+                                last_loc, extend_num_tokens, self._to_device)  # fmt: skip
         except Exception:
             self.pool.release(pages.clone(), counted=True, distinct=True)  # a bad argument must not leak pages
             raise
-
-    def _extend_slots(self, pages, prefix, extend, prefix_pages, new_per_req, last_loc, num_tokens):
-        """Every slot is one gather from a small table on the device: the new
-        pages' slots (``pages[j] * ps + 0..ps-1``), then one row per request
-        continuing its partial page (``last_loc[i] + 1 + 0..ps-1``). Request
-        ``i`` reads ``c_i`` slots of its partial row, then ``extend_i - c_i``
-        consecutive new-page slots from its first new page on; the flat index
-        is two runs per request, built on the host from the CPU lengths
-        (3 per-token numpy ops). A batch of one request without a partial
-        page is the table's head, no gather.
-
-        Measured (1 thread, page 16, serving trace: 1-2 requests, ~1.9k
-        tokens, median per call): the first version (~12 per-token numpy ops,
-        div, cat, ``t[idx]``) 246 us, this one 103 us, SGLang's torch path
-        594 us. ``index_select`` gathers 1.9k slots in 5 us, ``t[idx]`` in
-        21 us; numpy ufuncs and methods, not np.cumsum/np.repeat/
-        np.array_equal, whose Python wrappers cost ~4 us each vs 0.6 us for
-        np.add.accumulate."""
-        ps = self.page_size
-        offsets = self.pool._page_offsets
-        room = prefix_pages * ps - prefix  # free slots left on each partial page
-        table = torch.add(offsets, pages.unsqueeze(1), alpha=ps).view(-1)  # one op, ~2x the mul+add pair
-        first_new = (np.add.accumulate(new_per_req) - new_per_req) * ps  # first new-page slot in `table`
-        if not room.any():
-            if prefix.size == 1:
-                if extend[0] != num_tokens:
-                    raise _token_count_mismatch(num_tokens, int(extend[0]))
-                return table[:num_tokens]
-            src, lens = first_new, extend
-        else:
-            partial = np.minimum(room, extend)  # tokens continuing last_loc
-            rows = last_loc.to(torch.int64).unsqueeze(1) + offsets + 1
-            table = torch.cat((table, rows.view(-1)))
-            # runs: (partial row i, c_i tokens), (new pages of i, extend_i - c_i tokens)
-            src = np.stack(((pages.numel() + np.arange(prefix.size)) * ps, first_new), axis=1).reshape(-1)
-            lens = np.stack((partial, extend - partial), axis=1).reshape(-1)
-        ends = np.add.accumulate(lens)
-        if ends[-1] != num_tokens:  # the caller's extend_num_tokens, checked on a sum we need anyway
-            raise _token_count_mismatch(num_tokens, int(ends[-1]))
-        flat = np.arange(num_tokens) + (src - (ends - lens)).repeat(lens)
-        return table.index_select(0, self._to_device(flat))
 
     def _to_device(self, array: np.ndarray) -> torch.Tensor:
         t = torch.from_numpy(array)
@@ -297,10 +258,10 @@ class PagedKVAllocator:
         thread, page 16, serving trace, median per call): 46 us, first
         version 74 us, SGLang 136 us."""
         ps = self.page_size
-        seq = _host_lengths("alloc_decode", "seq_lens_cpu", seq_lens_cpu)
+        seq = host_lengths("alloc_decode", "seq_lens_cpu", seq_lens_cpu)
         bs = seq.size
         if last_loc.numel() != bs:  # the device seq_lens is not read
-            raise _count_mismatch("alloc_decode", bs, last_loc=last_loc)
+            raise count_mismatch("alloc_decode", bs, last_loc=last_loc)
         # seq_lens' values are not range-checked: a reduction costs ~5 us a
         # call in context (serving trace), and no value can unbalance the
         # pool (the pages taken are the requests at a page boundary, at most
@@ -425,27 +386,3 @@ class PagedKVAllocator:
 # alternating replays; a loop's microbenchmark understates in-context cost
 # ~5-10x): metadata and array flags the call reads anyway, scalar reads,
 # no numpy reduction (~5 us a call in context) where one can be avoided.
-
-
-def _host_lengths(op: str, name: str, t) -> np.ndarray:
-    """A 1-D CPU integer tensor of per-request lengths, as a numpy view. The
-    checks read the array's flags after ``numpy()`` (which the caller needs
-    anyway, and which refuses device tensors and non-tensors): 0.15 us, vs
-    0.3 us for the same checks on the tensor."""
-    try:
-        a = t.numpy()
-    except (AttributeError, TypeError, RuntimeError):
-        a = None
-    if a is None or a.ndim != 1 or a.dtype.kind not in "iu":
-        got = type(t).__name__ if not isinstance(t, torch.Tensor) else f"{t.dtype} {tuple(t.shape)} on {t.device}"
-        raise TypeError(f"{op}: {name} must be a 1-D CPU integer tensor of lengths, got {got}")
-    return a
-
-
-def _token_count_mismatch(given: int, lengths: int) -> ValueError:
-    return ValueError(f"alloc_extend: extend_num_tokens {given} != sum(seq_lens - prefix_lens) = {lengths}")
-
-
-def _count_mismatch(op: str, n: int, **per_request) -> ValueError:
-    sizes = ", ".join(f"{k} {v.numel()}" for k, v in per_request.items())
-    return ValueError(f"{op}: need one entry per request in every argument: {n} lengths, but {sizes}")

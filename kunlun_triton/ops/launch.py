@@ -140,6 +140,14 @@ class KernelLaunch:
                  entry[2], None, enter, leave, *args, *self.constexprs)  # fmt: skip
         return entry[3]
 
+    def run(self, kernel, grid, *args):
+        """``self(grid, *args)`` with the launcher naming, where it launches,
+        the kernel it launches (`kernel`: the one this launch is bound to), so
+        a reader goes from the launcher straight to the kernel."""
+        if kernel is not self.kernel:
+            raise TypeError(f"KernelLaunch bound to {self.kernel.fn.__name__} asked to run {kernel.fn.__name__}")
+        return self(grid, *args)
+
     def _miss(self, key, grid, args):
         compiled = self.kernel.run(*args, *self.constexprs, grid=grid, **self.keywords)
         entry = compiled_entry(compiled)

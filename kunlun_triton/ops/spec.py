@@ -50,8 +50,16 @@ imports of ``kunlun_triton.ops``). Besides the tools' needs a spec declares:
 - ``batch_invariant``: a row's result is bitwise the same alone and inside a
   batch (deterministic inference; tests/ops/test_batch_invariance.py);
 - ``sglang_forward``: the SGLang layer whose fused-op forward the op serves
-  (``sglang_plugin/install.py`` lists them); "" where it is reached another
-  way (a backend, a hook).
+  (the install table's "fused ops" touchpoint routes exactly these); ""
+  where it is reached another way (a backend, a hook);
+- ``sglang``: the other touchpoints of the install table
+  (``sglang_plugin/install.py``) that route to the op: "attention backend",
+  "sampling backend", "MoE layers", ... (`served_by` answers per touchpoint;
+  the table's routes and the plugin's op lists are derived from these);
+- ``sglang_baselines``: SGLang's own kernels for the op's job, by what the
+  tools do with them (``bench``, ``inspect``, ``traffic``, ``programs``,
+  ``launcher``), as ``"module:function"`` under
+  ``sglang_plugin/tools/baselines/`` (a string: the kernels never import SGLang).
 
 A family's ``spec.py`` also lists its public helpers (``HELPERS``: the
 decode step's workspace, say) that ``kunlun_triton.ops`` exports next to the ops.
@@ -134,6 +142,11 @@ class OpSpec:
     graph_capture: bool = False  # runs in a captured decode graph: no host sync with checks off
     batch_invariant: bool = False  # a row's result does not depend on its batch
     sglang_forward: str = ""  # the SGLang layer whose fused-op forward it serves
+    # the install table's touchpoints (SGLang backends, layers, hooks) that route to it
+    sglang: tuple[str, ...] = ()
+    # SGLang's kernels for the same job: kind (bench | inspect | traffic | programs
+    # | launcher) -> "module:function" under sglang_plugin/tools/baselines/
+    sglang_baselines: Mapping[str, str] = field(default_factory=dict)
 
 
 def family_specs(family: str) -> list[OpSpec]:
@@ -153,6 +166,36 @@ def family_helpers(family: str) -> tuple:
 def specs_where(predicate: Callable[[OpSpec], object], families=FAMILIES) -> tuple[str, ...]:
     """Names of the ops whose spec satisfies `predicate`, in family order."""
     return tuple(name for name, spec in all_specs(families).items() if predicate(spec))
+
+
+FUSED_OPS_TOUCHPOINT = "fused ops"  # the install table's touchpoint of the `sglang_forward` ops
+
+
+def served_by(touchpoint: str, families=FAMILIES) -> tuple[str, ...]:
+    """The ops the install table's `touchpoint` routes to, in family order:
+    those with an `OpSpec.sglang_forward` for "fused ops", else those whose
+    `OpSpec.sglang` names it."""
+    if touchpoint == FUSED_OPS_TOUCHPOINT:
+        return specs_where(lambda s: s.sglang_forward, families)
+    return specs_where(lambda s: touchpoint in s.sglang, families)
+
+
+# A baseline's function in sglang_plugin/tools/baselines/<module>.py: <stage>_<suffix>.
+BASELINE_SUFFIXES = {"bench": "baseline", "inspect": "inspect_specs", "traffic": "inspect_traffic",
+                     "programs": "inspect_programs", "launcher": "launcher_call"}  # fmt: skip
+
+
+def baselines(where: str, *kinds: str) -> dict[str, str]:
+    """`OpSpec.sglang_baselines` for SGLang's kernels of `where` ("module:stage",
+    e.g. "attention:decode"), one per kind: ``{kind: "module:<stage>_<suffix>"}``."""
+    module, _, stage = where.partition(":")
+    return {kind: f"{module}:{stage}_{BASELINE_SUFFIXES[kind]}" for kind in kinds}
+
+
+def with_baseline(kind: str, families=FAMILIES) -> dict[str, str]:
+    """``{op: "module:function"}``: the ops with an SGLang baseline of `kind`."""
+    return {name: spec.sglang_baselines[kind] for name, spec in all_specs(families).items()
+            if kind in spec.sglang_baselines}  # fmt: skip
 
 
 def config_key_rules(families=FAMILIES) -> dict:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .dtypes import FLOAT_DTYPES
-from .target import Target, current_target, detect_target
+from .target import TARGET_NAMES, Target, current_target, detect_target
 
 # Launch keywords only Kunlun's Triton accepts. Passing them to another target
 # is an error there, so ops hand every config through `launch_options`.
@@ -61,14 +61,28 @@ class Capabilities:
     # extend 64 x 16 over an fp8 pool: 15 scalar registers); on sm_90 the
     # compare is the cheaper (MLA fp8 extend 89 instructions a key against 103).
     fp8_nan_by_arithmetic: bool = False
+    # -- what the target is, for code outside runtime/ (which never names one) --
+    device: bool = False  # kernels run on a device (not the CPU)
+    platform_card: bool = False  # the card the SGLang platform is named after (Kunlun)
+    # Decode graphs: True always, None when the (vendor) torch build exposes
+    # device graphs, False never (the CPU).
+    device_graphs: bool | None = False
+    collective_backend: str = "gloo"  # torch.distributed backend for the target's device
+    default_arch: str = ""  # the part planned for when none is named (inspect --target, AOT)
+    # (backend, arch, warp size) of triton's GPUTarget for ahead-of-time compiles; None: none
+    aot_target: tuple | None = None
 
 
 _ALL_FLOATS = frozenset(FLOAT_DTYPES)
 
 _PROFILES = {
-    "cuda": Capabilities(_ALL_FLOATS, True, True, True, True, True, True, dot_int8=True, fast_launch=True),
+    "cuda": Capabilities(_ALL_FLOATS, True, True, True, True, True, True, dot_int8=True, fast_launch=True,
+                         device=True, device_graphs=True, collective_backend="nccl", default_arch="sm_90",
+                         aot_target=("cuda", 90, 32)),  # fmt: skip
     "hip": Capabilities(_ALL_FLOATS, True, True, True, True, True, True, launch_knobs=HIP_LAUNCH_KNOBS,
-                        dot_int8=True, fast_launch=True, fp8_nan_by_arithmetic=True),
+                        dot_int8=True, fast_launch=True, fp8_nan_by_arithmetic=True, device=True,
+                        device_graphs=True, collective_backend="nccl", default_arch="gfx942",
+                        aot_target=("hip", "gfx942", 64)),  # fmt: skip
     # num_warps is ignored (a program maps to a cluster); atomics and the
     # dot->softmax->dot chain are known to break; events time to 0; bf16 is
     # incomplete on some ops.
@@ -82,16 +96,60 @@ _PROFILES = {
         timing_events_reliable=False,
         launch_knobs=KUNLUN_LAUNCH_KNOBS,
         load_ignores_other=True,
+        device=True,
+        platform_card=True,
+        device_graphs=None,  # when the vendor torch exposes them
+        collective_backend="nccl",  # its torch registers its collective library (bkcl) under this name
+        default_arch="p800",  # the only Kunlun Triton part today
     ),
     # triton 3.9 interpreter: tl.dot on bf16 returns garbage; fp16/fp32 fine.
     # int8 tl.dot into int32 is exact there (numpy integer matmul).
-    "interpreter": Capabilities(_ALL_FLOATS, True, False, True, False, True, False, dot_int8=True),
-    "torch": Capabilities(_ALL_FLOATS, False, False, False, False, True, False),
+    "interpreter": Capabilities(_ALL_FLOATS, True, False, True, False, True, False, dot_int8=True,
+                                default_arch="cpu"),  # fmt: skip
+    "torch": Capabilities(_ALL_FLOATS, False, False, False, False, True, False, default_arch="cpu"),
 }
 
 
 def capabilities(target: Target | None = None) -> Capabilities:
     return _PROFILES[(target or current_target()).name]
+
+
+def profile(name: str) -> Capabilities:
+    """The capability profile of the target called `name` (one of `TARGET_NAMES`)."""
+    return _PROFILES[name]
+
+
+def target_names_where(predicate) -> tuple[str, ...]:
+    """The targets whose profile satisfies `predicate`, in `TARGET_NAMES` order."""
+    return tuple(name for name in TARGET_NAMES if predicate(_PROFILES[name]))
+
+
+def default_target(name: str, reason: str) -> Target:
+    """Target `name` on its default part (`Capabilities.default_arch`), for
+    planning without that device: ahead-of-time compiles, ``inspect --target``."""
+    caps = _PROFILES[name]
+    return Target(name, caps.default_arch, "cuda" if caps.device else "cpu", reason)
+
+
+# What a target without a compiler of its own here (Kunlun: none reachable;
+# the interpreter) compiles as ahead of time: CUDA sm_90, as a proxy.
+AOT_PROXY = "cuda"
+# {target: (backend, arch, warp size)} of triton's GPUTarget, for the targets that compile ahead of time
+AOT_TARGETS = {name: caps.aot_target for name, caps in _PROFILES.items() if caps.aot_target}
+
+
+def aot_name(target: Target) -> str:
+    """The `AOT_TARGETS` name `target`'s plans compile for: its own where it
+    has one, else `AOT_PROXY`'s."""
+    return target.name if target.name in AOT_TARGETS else AOT_PROXY
+
+
+def planning_target(target: Target | None = None) -> Target:
+    """`target` (default: the current one) if it is a device target, else
+    the proxy's default part (cuda sm_90): what a spec plans its kernels for
+    under the interpreter, whose kernels never compile."""
+    target = target or current_target()
+    return target if capabilities(target).device else default_target(AOT_PROXY, "ahead-of-time compile")
 
 
 def fast_launch_backend(backend: str) -> bool:
@@ -113,6 +171,26 @@ COMPUTE_UNITS = {"sm_80": 108, "sm_86": 84, "sm_89": 128, "sm_90": 132, "sm_100"
                  "gfx950": 256, "p800": 12}  # fmt: skip
 # A target whose arch is not above: its backend's usual part (cuda: an H100).
 _DEFAULT_UNITS = {"cuda": 132, "hip": 304, "kunlun": 12, "interpreter": 1, "torch": 1}
+
+
+def device_graphs(target_name: str) -> bool:
+    """Decode graph capture on the target called `target_name`: its profile's
+    answer, or for a card whose vendor torch may lack them (None), whether
+    this torch build has real device graphs (`torch_exposes_device_graphs`)."""
+    answer = _PROFILES[target_name].device_graphs
+    return torch_exposes_device_graphs() if answer is None else answer
+
+
+def torch_exposes_device_graphs() -> bool:
+    """The torch build has real device graphs: ``torch.cuda.CUDAGraph``, the
+    capture-state query SGLang's runner uses, and a compiled ``_CUDAGraph``
+    (a build without them has torch's dummy class from ``torch._utils``).
+    Touches no device: a CUDA context made here would poison SGLang's fork."""
+    cuda = getattr(torch, "cuda", None)
+    if not all(hasattr(cuda, name) for name in ("CUDAGraph", "graph", "is_current_stream_capturing")):
+        return False
+    compiled = getattr(torch._C, "_CUDAGraph", None)
+    return compiled is not None and getattr(compiled, "__module__", "") != "torch._utils"
 
 
 def native_fp8(target: Target | None = None) -> bool:
@@ -150,7 +228,8 @@ def compute_units(target: Target | None = None) -> int:
     device's own count when it is the one this process runs on, else the
     arch's figure (`COMPUTE_UNITS`), else the backend's usual part."""
     target = target or current_target()
-    if target.name in ("cuda", "hip") and target == detect_target() and torch.cuda.is_available():
+    caps = capabilities(target)
+    if caps.device and not caps.platform_card and target == detect_target() and torch.cuda.is_available():
         return int(torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count)
     return COMPUTE_UNITS.get(target.arch, _DEFAULT_UNITS.get(target.name, 1))
 

@@ -26,11 +26,9 @@ import logging
 from dataclasses import dataclass
 from typing import Callable
 
-logger = logging.getLogger("kunlun_triton.sglang_plugin")
+from .platform.names import ATTENTION_BACKEND, DISPATCH_KEY, LOGGER, SAMPLING_BACKEND
 
-ATTENTION_BACKEND = "kunlun_triton"
-SAMPLING_BACKEND = "kunlun_triton"
-DISPATCH_KEY = "kunlun"
+logger = logging.getLogger(LOGGER)
 
 
 @dataclass(frozen=True)
@@ -38,9 +36,35 @@ class Touchpoint:
     name: str
     kind: str  # entry point | registration | hook | fused-op forward | subclass
     sglang: str  # the SGLang object touched
-    routes: str  # what of ours it reaches
+    what: str  # what of ours it reaches (the ops it routes to: `routes`)
     scope: str  # plugin | platform | sglang
     apply: Callable[[], None] | None = None
+
+    @property
+    def routes(self) -> str:
+        """What of ours it reaches, ending with the ops that route through it
+        (the op specs say so: `OpSpec.sglang_forward`, `OpSpec.sglang`)."""
+        ops = served_ops(self.name)
+        return f"{self.what} -> {', '.join(ops)}" if ops else self.what
+
+
+def served_ops(touchpoint: str) -> tuple[str, ...]:
+    """The ops `touchpoint` routes to, from the op specs (`ops.spec.served_by`)."""
+    # Function-level: reading the specs imports every op family, whose kernels
+    # Triton decorates for the mode in force; this module is read while SGLang
+    # resolves its platform, before development mode may set TRITON_INTERPRET.
+    from ..ops.spec import served_by
+
+    return served_by(touchpoint)
+
+
+def __getattr__(name: str) -> str:
+    """``ATTENTION_OPS`` and ``FUSED_OPS``: the ops of those touchpoints, as
+    one string, derived from the specs when first asked (see `served_ops`)."""
+    touchpoint = {"ATTENTION_OPS": "attention backend", "FUSED_OPS": "fused ops"}.get(name)
+    if touchpoint is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return ", ".join(served_ops(touchpoint))
 
 
 # -- what each touchpoint does ------------------------------------------------
@@ -61,7 +85,7 @@ def _register_attention_backend() -> None:
 
     @register_attention_backend(ATTENTION_BACKEND)
     def _create(runner):
-        from .attention import KunlunTritonAttnBackend
+        from .backends.attention import KunlunTritonAttnBackend
 
         return KunlunTritonAttnBackend(runner)
 
@@ -101,7 +125,7 @@ def register_cli_choices() -> None:
 
 
 def _hook_batch_invariant_mode() -> None:
-    from .batch_invariant import enable_batch_invariant_mode, murmur_hash32
+    from .layers.batch_invariant import enable_batch_invariant_mode, murmur_hash32
 
     _hook(BATCH_INVARIANT_HOOK, enable_batch_invariant_mode, "AROUND")
     _hook(SAMPLING_HASH_HOOK, murmur_hash32, "AROUND")
@@ -110,31 +134,31 @@ def _hook_batch_invariant_mode() -> None:
 def _register_sampling_backend() -> None:
     from sglang.srt.layers.sampler import register_sampler_backend
 
-    from .sampler import create_sampler
+    from .backends.sampler import create_sampler
 
     register_sampler_backend(SAMPLING_BACKEND, create_sampler)
 
 
 def _register_fused_forwards() -> None:
-    from .fused_ops import register_fused_ops
+    from .layers.fused_ops import register_fused_ops
 
     register_fused_ops(DISPATCH_KEY)
 
 
 def _register_moe_forwards() -> None:
-    from .moe import register_moe_ops
+    from .layers.moe import register_moe_ops
 
     register_moe_ops(DISPATCH_KEY)
 
 
 def _hook_request_seeds() -> None:
-    from .sampler import fill_request_seeds
+    from .backends.sampler import fill_request_seeds
 
     _hook(SEED_HOOK, fill_request_seeds, "AFTER")
 
 
 def _hook_request_guard() -> None:
-    from .request_guard import NORMALIZE_HOOK, VALIDATE_HOOK, guard_normalize, guard_validate
+    from .platform.request_guard import NORMALIZE_HOOK, VALIDATE_HOOK, guard_normalize, guard_validate
 
     _hook(NORMALIZE_HOOK, guard_normalize, "BEFORE")
     _hook(VALIDATE_HOOK, guard_validate, "BEFORE")
@@ -153,33 +177,33 @@ def _hook_report_rpc() -> None:
 
 
 def _hook_logit_softcap() -> None:
-    from .fused_ops import softcap_logits
+    from .layers.fused_ops import softcap_logits
 
     _hook(SOFTCAP_HOOK, softcap_logits, "AROUND")
 
 
 def _hook_int8_quantization() -> None:
-    from .moe import int8_experts_apply
-    from .quantization import LINEAR_HOOK, MOE_HOOK, int8_linear_apply
+    from .layers.moe import int8_experts_apply
+    from .layers.quantization import LINEAR_HOOK, MOE_HOOK, int8_linear_apply
 
     _hook(LINEAR_HOOK, int8_linear_apply, "AROUND")
     _hook(MOE_HOOK, int8_experts_apply, "AROUND")
 
 
 def _hook_draft_backends() -> None:
-    from .speculative import draft_backends
+    from .speculative.draft import draft_backends
 
     _hook(DRAFT_BACKEND_HOOK, draft_backends, "AROUND")
 
 
 def _hook_spec_accept() -> None:
-    from .spec_accept import ACCEPT_HOOK, count_finished_request
+    from .speculative.accept import ACCEPT_HOOK, count_finished_request
 
     _hook(ACCEPT_HOOK, count_finished_request, "AROUND")
 
 
 def _hook_deepseek_draft_head() -> None:
-    from .spec_draft_models import SET_EMBED_AND_HEAD_HOOK, set_embed_and_head_on_platform
+    from .speculative.draft_models import SET_EMBED_AND_HEAD_HOOK, set_embed_and_head_on_platform
 
     _hook(SET_EMBED_AND_HEAD_HOOK, set_embed_and_head_on_platform, "AROUND")
 
@@ -187,7 +211,7 @@ def _hook_deepseek_draft_head() -> None:
 def _hook_spec_tree() -> None:
     import importlib
 
-    from .speculative import TREE_BUILD_HOOK, TREE_VERIFY_HOOK, build_tree_triton, verify_tree_greedy_triton
+    from .speculative.tree import TREE_BUILD_HOOK, TREE_VERIFY_HOOK, build_tree_triton, verify_tree_greedy_triton
 
     try:
         module = importlib.import_module(TREE_BUILD_HOOK.rsplit(".", 1)[0])
@@ -201,7 +225,7 @@ def _hook_spec_tree() -> None:
 
 
 def _hook_ngram_tree() -> None:
-    from .ngram import RECONSTRUCT_HOOK, import_reconstruct_tree, reconstruct_tree_triton
+    from .speculative.ngram import RECONSTRUCT_HOOK, import_reconstruct_tree, reconstruct_tree_triton
 
     module = import_reconstruct_tree()
     if not hasattr(module, RECONSTRUCT_HOOK.rsplit(".", 1)[1]):
@@ -210,7 +234,7 @@ def _hook_ngram_tree() -> None:
 
 
 def _hook_collectives() -> None:
-    from .collectives import COORDINATOR, HOOKS
+    from .layers.collectives import COORDINATOR, HOOKS
 
     for method, hook in HOOKS.items():
         _hook(f"{COORDINATOR}.{method}", hook, "AROUND")
@@ -223,8 +247,6 @@ BATCH_INVARIANT_HOOK = "sglang.srt.batch_invariant_ops.enable_batch_invariant_mo
 SAMPLING_HASH_HOOK = "sglang.kernels.ops.sampling.murmur_hash.murmur_hash32"
 SOFTCAP_HOOK = "sglang.srt.layers.logits_processor.fused_softcap"
 DRAFT_BACKEND_HOOK = "sglang.srt.speculative.draft_utils.DraftBackendFactory._create_backend"
-ATTENTION_OPS = "decode_attention, extend_attention, store_kv"
-FUSED_OPS = "rms_norm, fused_add_rms_norm, silu_and_mul, gelu_and_mul, rotary_embedding"
 
 TOUCHPOINTS = (
     Touchpoint("platform plugin", "entry point", "sglang.srt.platforms: kunlun, kunlun_triton",
@@ -235,7 +257,7 @@ TOUCHPOINTS = (
     Touchpoint("platform classes", "subclass", "sglang.srt.platforms.interface.SRTPlatform",
                "KunlunPlatform / KunlunDevPlatform (device, defaults, dtype policy)", "sglang"),
     Touchpoint("attention backend", "registration", "attention_registry.register_attention_backend",
-               f"--attention-backend {ATTENTION_BACKEND} -> {ATTENTION_OPS}", "plugin", _register_attention_backend),
+               f"--attention-backend {ATTENTION_BACKEND}", "plugin", _register_attention_backend),
     Touchpoint("deterministic inference", "registration",
                "choices.add_deterministic_attention_backend_choices, add_radix_supported_..._choices",
                f"--enable-deterministic-inference with --attention-backend {ATTENTION_BACKEND} (radix cache kept): "
@@ -244,23 +266,23 @@ TOUCHPOINTS = (
                "development mode: host row-GEMV + SGLang's log-softmax/mean kernels for CPU, SGLang's Triton "
                "sampling hash on host tensors; a card: SGLang's own", "platform", _hook_batch_invariant_mode),
     Touchpoint("sampling backend", "registration", "sampler.register_sampler_backend",
-               f"--sampling-backend {SAMPLING_BACKEND} -> greedy, sample", "plugin", _register_sampling_backend),
+               f"--sampling-backend {SAMPLING_BACKEND}", "plugin", _register_sampling_backend),
     Touchpoint("fused ops", "fused-op forward", "BaseFusedOp.register_oot_forward (dispatch key kunlun)",
-               f"RMSNorm, SiluAndMul, GeluAndMul, RotaryEmbedding(+subclasses) -> {FUSED_OPS}", "plugin",
+               "RMSNorm, SiluAndMul, GeluAndMul, RotaryEmbedding(+subclasses)", "plugin",
                _register_fused_forwards),
     Touchpoint("MoE layers", "fused-op forward",
                "BaseFusedOp.register_oot_forward (dispatch key kunlun): moe.topk.TopK, "
                "quantization.unquant.UnquantizedFusedMoEMethod",
-               "the router -> moe_topk, unquantized FusedMoE experts -> fused_experts (shared experts stay dense)",
+               "the router, unquantized FusedMoE experts (shared experts stay dense)",
                "plugin", _register_moe_forwards),
     Touchpoint("MoE support check", "platform hook", "SRTPlatform.apply_server_args_defaults / post_load_model",
                "a clear error at start for expert parallelism, non-triton MoE runners and quantized MoE", "sglang"),
     Touchpoint("W8A8-INT8 quantization", "hook",
                "quantization.w8a8_int8.W8A8Int8LinearMethod.apply, W8A8Int8MoEMethod.apply (AROUND)",
-               "--quantization w8a8_int8: linear layers -> per_token_quant_int8 + int8_scaled_mm, int8 experts -> "
-               "fused_experts(use_int8_w8a8)", "platform", _hook_int8_quantization),
+               "--quantization w8a8_int8: linear layers (quantize the activations, then the int8 GEMM), int8 "
+               "experts (use_int8_w8a8)", "platform", _hook_int8_quantization),
     Touchpoint("final-logit soft-capping", "hook", f"{SOFTCAP_HOOK} (AROUND)",
-               "the logits processor's final_logit_softcapping (Gemma-2) -> logit_softcap", "platform",
+               "the logits processor's final_logit_softcapping (Gemma-2)", "platform",
                _hook_logit_softcap),
     Touchpoint("speculative decoding", "platform hook",
                "SRTPlatform.supports_speculative_algorithm / supports_speculative_draft_attention_backend / "
@@ -268,7 +290,7 @@ TOUCHPOINTS = (
                "EAGLE, EAGLE3, STANDALONE, NGRAM on --attention-backend kunlun_triton (target verify with the "
                "tree mask, draft extend); the rest refused at start naming the algorithm", "sglang"),
     Touchpoint("draft attention backends", "hook", f"{DRAFT_BACKEND_HOOK} (AROUND)",
-               f"the draft model's extend and multi-step decode -> {ATTENTION_OPS}", "plugin",
+               "the draft model's extend and multi-step decode", "plugin",
                _hook_draft_backends),
     Touchpoint("EAGLE tree kernels", "hook",
                "spec_tree.build_tree_kernel_efficient_func, spec_tree.verify_tree_greedy_func (AROUND)",
@@ -298,7 +320,7 @@ TOUCHPOINTS = (
     Touchpoint("dispatch report (engine)", "hook", f"{RPC_HOOK} (AROUND)",
                "Engine.collective_rpc('kunlun_triton_dispatch_report') on every rank", "plugin", _hook_report_rpc),
     Touchpoint("KV pool", "subclass", "memory_pool.MHATokenToKVPool (get_kv_pool_cls)",
-               "KunlunMHATokenToKVPool: KV writes -> store_kv", "sglang"),
+               "KunlunMHATokenToKVPool: KV writes", "sglang"),
     Touchpoint("paged allocator", "subclass", "allocator.base.BaseTokenToKVPoolAllocator (get_paged_allocator_cls)",
                "kunlun_triton.memory.PagedKVAllocator (page_size > 1)", "sglang"),
     Touchpoint("collectives", "hook", "parallel_state.GroupCoordinator.{all_reduce, all_gather, ...} (AROUND)",

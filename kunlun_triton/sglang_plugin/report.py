@@ -22,27 +22,27 @@ import os
 import tempfile
 from pathlib import Path
 
+from ..runtime import current_target, dispatch_report
+from .speculative.accept import accept_report
+from .speculative.algorithms import speculative_shape
+from .speculative.phases import speculative_report
+
 RPC_METHOD = "kunlun_triton_dispatch_report"
 STATE_KEY = "kunlun_triton"
 
 
 def _record() -> dict:
-    from kunlun_triton import current_target, dispatch_report
-
     try:
         from sglang.srt.distributed.parallel_state import get_tensor_model_parallel_rank
 
         rank = int(get_tensor_model_parallel_rank())
     except Exception:  # no TP group: a single rank
         rank = 0
-    from .spec_accept import accept_report
-    from .speculative import speculative_report, speculative_shape
-
     phases = speculative_report()
     record = {"target": current_target().name, "pid": os.getpid(), "tp_rank": rank, "ops": dispatch_report(),
               "speculative": phases}  # fmt: skip
     algorithm, _, _, num_draft_tokens = speculative_shape()
-    if algorithm:  # accept length (spec_accept.py): SGLang's per-request counters, pooled
+    if algorithm:  # accept length (speculative/accept.py): SGLang's per-request counters, pooled
         record["accept"] = accept_report(phases.get("target_verify", {}).get("forwards", 0), num_draft_tokens)
     return record
 
@@ -79,7 +79,7 @@ def add_report_to_internal_state(result, *args, **kwargs):
 
 def engine_dispatch_report(engine) -> dict:
     """{tp_rank: {"target", "pid", "tp_rank", "ops": {op: {"impl", ...}}, "speculative": {phase: ...},
-    and with speculative decoding "accept": {"accept_length", ...} (spec_accept.py)}}."""
+    and with speculative decoding "accept": {"accept_length", ...} (speculative/accept.py)}}."""
     with tempfile.TemporaryDirectory(prefix="kt-report-") as tmp:
         engine.collective_rpc(RPC_METHOD, path=tmp)
         reports = {}

@@ -1,7 +1,7 @@
 """What tests of kernels import: comparison with a reference and the targets
-they run or lower for. Nothing in the package's production code paths
-imports from here except the tools' tolerances (`tools.checks`); the
-machinery that plans, compiles and measures kernels lives in
+they run or lower for. Nothing in the package's production code imports
+from here (the tolerances production code reads live in
+`kunlun_triton.runtime.tolerances`, re-exported here); the machinery that plans, compiles and measures kernels lives in
 `kunlun_triton.introspect`.
 
 - `TOLERANCES`, `tolerance`, `assert_close`, `max_abs_error`: per-dtype
@@ -12,7 +12,7 @@ machinery that plans, compiles and measures kernels lives in
   `LOWERING_TARGETS`, `aot_target`: the targets whose launch plans the
   lowering tests compile, and what each compiles for.
 
-Imports nothing beyond torch and triton (no hypothesis: the tools import this).
+Imports nothing beyond torch and triton (no hypothesis).
 """
 
 from ..introspect.aot import KernelSpec

@@ -208,7 +208,7 @@ def _kunlun_allocator(spec: TraceSpec, device):
 
 def _sglang_allocator(spec: TraceSpec, device):
     try:
-        from ..sglang_plugin.baselines.allocator import sglang_paged_allocator
+        from ..sglang_plugin.tools.baselines.allocator import sglang_paged_allocator
     except ImportError:
         return None
     return sglang_paged_allocator(spec.pool_tokens, spec.page_size, device)

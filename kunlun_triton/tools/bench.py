@@ -29,14 +29,14 @@ def sglang_baselines() -> dict:
     """``{op: {"sglang": fn(case) -> thunk}}`` from SGLang's own kernels, or
     ``{}`` where SGLang is absent or does not import: the bench then simply
     has no ``sglang`` column."""
-    import importlib
     import importlib.util
 
     if importlib.util.find_spec("sglang") is None:
         return {}
     try:
-        module = importlib.import_module("kunlun_triton.sglang_plugin.baselines")
-        return module.bench_baselines()
+        from ..sglang_plugin.tools.baselines import bench_baselines
+
+        return bench_baselines()
     except Exception:  # an SGLang that does not import is treated as absent
         return {}
 

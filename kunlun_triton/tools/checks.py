@@ -21,7 +21,7 @@ from ..ops import spec as op_spec
 from ..ops.spec import OpSpec, resolve_config
 from ..runtime import capabilities, run_dtype
 from ..runtime.dtypes import dtype_name
-from ..testing.tolerances import max_abs_error, tolerance
+from ..runtime.tolerances import max_abs_error, tolerance
 from .presets import PRESET_FIELDS
 
 

@@ -2,7 +2,7 @@
 
 Prints the detected target and why, the device count, the torch, Triton,
 SGLang and Python it found and whether each is inside the supported window
-(``kunlun_triton/sglang_plugin/versions.py``; reading it imports no SGLang),
+(``kunlun_triton/sglang_plugin/platform/versions.py``; reading it imports no SGLang),
 then for every op (each spec's doctor inputs, see
 `kunlun_triton.ops.spec`) and the KV allocator: which implementation ran,
 the error against its torch reference on a small input, and the time per
@@ -52,7 +52,7 @@ def version_lines() -> list[str]:
     inside the supported window (a vendor build is named as it reports itself)."""
     import triton
 
-    from ..sglang_plugin import versions
+    from ..sglang_plugin.platform import versions
 
     found = {
         "torch": torch.__version__,

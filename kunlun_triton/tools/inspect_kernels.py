@@ -29,12 +29,14 @@ import sys
 import torch
 
 from ..runtime import Target, targeting
+from ..runtime.capabilities import profile, target_names_where
 from ..runtime.dtypes import dtype_name
 from .compilations import generation_ops
 from .presets import DEFAULT_PRESET, MODEL_PRESETS, parse_shapes
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
-TARGETS = {"cuda": "sm_90", "hip": "gfx942", "kunlun": "p800"}
+# the device targets on their default parts (the capability profiles')
+TARGETS = {name: profile(name).default_arch for name in target_names_where(lambda caps: caps.device)}
 BATCH_KEYS = ("batch", "rows", "tokens")  # what --batch sets, first present
 CONTEXT_KEYS = ("context_len", "prefix_len")  # what --context sets
 
@@ -134,8 +136,9 @@ def _baselines(kind: str) -> dict:
 
     if importlib.util.find_spec("sglang") is None:
         return {}
-    module = __import__("kunlun_triton.sglang_plugin.baselines", fromlist=[kind])
-    return getattr(module, kind)()
+    from ..sglang_plugin.tools import baselines  # imports no SGLang until a table is asked for
+
+    return getattr(baselines, kind)()
 
 
 def inspect_ops(names, target: Target, preset, dtype, batch=None, context=None, overrides=None,

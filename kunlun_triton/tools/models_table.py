@@ -52,7 +52,7 @@ def render_row(result: dict) -> str:
 
 def render_notes() -> str:
     """The errors behind the last column (from the platform's own tables)."""
-    from kunlun_triton.sglang_plugin.support import UNSUPPORTED
+    from kunlun_triton.sglang_plugin.platform.support import UNSUPPORTED
 
     lines = ["Refused options fail at start-up (before a request is served) with an error naming the model, "
              "the feature and what to do:", ""]  # fmt: skip

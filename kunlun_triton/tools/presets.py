@@ -136,12 +136,12 @@ def presets_for(preset: ModelPreset | str, shapes: dict | None) -> list[ModelPre
 def device_name() -> str:
     import torch
 
-    from ..runtime import current_target
+    from ..runtime import capabilities, current_target
 
     target = current_target()
     if target.device_type == "cuda" and torch.cuda.is_available():
         return torch.cuda.get_device_name()
-    if target.name == "kunlun":
+    if capabilities(target).platform_card:
         return "Kunlun " + target.arch.upper()
     return "cpu"
 

@@ -11,7 +11,7 @@ Two engines, one after the other (never two alive): the target with
 it). Each serves one untimed warm-up request, then the prompts as one greedy
 batch (timed: output tokens / wall seconds). The speculative engine's
 numbers come from its scheduler's dispatch report (``accept``:
-SGLang's per-request counters, sglang_plugin/spec_accept.py; ``speculative``:
+SGLang's per-request counters, sglang_plugin/speculative/accept.py; ``speculative``:
 which of our ops each phase ran), taken before and after the timed batch, so
 the warm-up is not in them. The tokens of the two runs are compared: greedy
 speculative decoding is lossless, so they must be equal (exit status 1 when
@@ -72,7 +72,7 @@ def build_truncated_draft(target, out, layers: int) -> str:
 def accept_delta(before: dict | None, after: dict, num_draft_tokens: int) -> dict:
     """The report's accept counters over the timed batch (after - before), with
     the ratios recomputed as the report computes them."""
-    from ..sglang_plugin.spec_accept import accept_ratios
+    from ..sglang_plugin.speculative.accept import accept_ratios
 
     before = before or {}
     counts = {k: int(after.get(k, 0)) - int(before.get(k, 0)) for k in COUNTS}
@@ -120,7 +120,7 @@ def measure(target: str, prompts: list, new: int, spec_options: dict, baseline: 
     """{"speculative": run, "baseline": run or None, "accept": over the timed batch,
     "phases": ops per speculative phase over it, "lossless": tokens equal}."""
     if start is None:
-        from ..sglang_plugin.regress import start_engine
+        from ..sglang_plugin.tools.regress import start_engine
 
         def start(path, **kw):
             return start_engine(path, kw.pop("dtype"), **kw)

@@ -53,7 +53,7 @@ def test_errors_name_the_slots_and_change_nothing():
 
 def _sglang_allocator(size, page_size):
     pytest.importorskip("sglang")
-    from kunlun_triton.sglang_plugin.baselines.allocator import sglang_paged_allocator
+    from kunlun_triton.sglang_plugin.tools.baselines.allocator import sglang_paged_allocator
 
     return sglang_paged_allocator(size, page_size)
 

@@ -71,3 +71,15 @@ def test_launcher_looks_up_by_the_declared_dims_with_the_rules(name, monkeypatch
         assert rules is op_spec.CONFIG_RULES, f"{name}: get_config without rules=CONFIG_RULES"
         assert dims == set(spec.lookup_dims), (name, dims)
     assert set(case.dims) == set(spec.lookup_dims)
+
+
+def test_every_sglang_touchpoint_a_spec_names_is_in_the_install_table():
+    """`OpSpec.sglang` names touchpoints of the install table (the routes and
+    op lists derive from them: a typo would serve nothing, silently)."""
+    from kunlun_triton.sglang_plugin import install  # imports no SGLang at module level
+
+    names = {point.name for point in install.TOUCHPOINTS}
+    for name, spec in SPECS.items():
+        assert set(spec.sglang) <= names, (name, set(spec.sglang) - names)
+    assert op_spec.FUSED_OPS_TOUCHPOINT in names
+    assert set(op_spec.served_by("attention backend")) == set(install.ATTENTION_OPS.split(", "))

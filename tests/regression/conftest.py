@@ -86,7 +86,7 @@ def engines():
     os.environ.setdefault("SGLANG_CUDA_COREDUMP_BEFORE_CRASH_WAIT_SECS", "0")
     from kt_engines import EngineCache
 
-    from kunlun_triton.sglang_plugin.regress import start_engine
+    from kunlun_triton.sglang_plugin.tools.regress import start_engine
 
     cache = EngineCache(start_engine, dtype="float32")
     yield cache

@@ -16,7 +16,7 @@ from __future__ import annotations
 import pytest
 from test_regression_sglang_smollm2 import conversations
 
-from kunlun_triton.sglang_plugin.regress import CASES, encode, run_cases, teacher_forced
+from kunlun_triton.sglang_plugin.tools.regress import CASES, encode, run_cases, teacher_forced
 
 pytestmark = pytest.mark.regression
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from kt_regression_support import FULL
 
-from kunlun_triton.sglang_plugin.regress import compare_top5, encode, greedy, run_cases, teacher_forced
+from kunlun_triton.sglang_plugin.tools.regress import compare_top5, encode, greedy, run_cases, teacher_forced
 
 pytestmark = pytest.mark.regression
 

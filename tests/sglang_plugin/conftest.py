@@ -32,7 +32,7 @@ def model_root(tmp_path_factory):
 
 
 def _build(model_root, arch):
-    from kunlun_triton.sglang_plugin.tiny_model import build_tiny_model
+    from kunlun_triton.sglang_plugin.tools.tiny_model import build_tiny_model
 
     return str(build_tiny_model(os.path.join(model_root, f"tiny-{arch}"), arch))
 

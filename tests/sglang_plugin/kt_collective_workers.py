@@ -26,7 +26,7 @@ def run(rank, world, port):
     from sglang.srt.distributed.parallel_state import GroupCoordinator
 
     from kunlun_triton import dispatch_report
-    from kunlun_triton.sglang_plugin.collectives import IMPL
+    from kunlun_triton.sglang_plugin.layers.collectives import IMPL
     from kunlun_triton.sglang_plugin.install import install
 
     install("platform")

@@ -22,8 +22,8 @@ def refusals(path, moe: bool) -> list[str]:
     """The options the platform refuses for this model, by calling its start-up
     checks as ``apply_server_args_defaults`` does (each must raise and name the
     model: its architecture, or `path` where config.json names none)."""
-    from kunlun_triton.sglang_plugin import moe as moe_support
-    from kunlun_triton.sglang_plugin.support import UNSUPPORTED, UnsupportedFeature, check_support, model_config
+    from kunlun_triton.sglang_plugin.layers import moe as moe_support
+    from kunlun_triton.sglang_plugin.platform.support import UNSUPPORTED, UnsupportedFeature, check_support, model_config
 
     base = dict(model_path=path, speculative_algorithm=None, kv_cache_dtype="auto")
     tries = [("other speculative algorithms", {"speculative_algorithm": "DFLASH"}),

@@ -69,7 +69,7 @@ print(type(current_platform).__name__, current_platform.get_device(None), curren
 
 
 REGISTER_WITH_OLD_SGLANG = """
-import kunlun_triton.sglang_plugin as plugin
+import kunlun_triton.sglang_plugin.platform.activation as plugin
 plugin.sglang_version = lambda: "0.4.0"
 try:
     plugin.register()
@@ -127,7 +127,7 @@ def activate():
 RESOLVE = """
 import logging, sys
 logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-from kunlun_triton.sglang_plugin.conflicts import report_platform_conflicts
+from kunlun_triton.sglang_plugin.platform.conflicts import report_platform_conflicts
 message = report_platform_conflicts()
 from sglang.srt.platforms import current_platform
 print(type(current_platform).__name__)

@@ -65,7 +65,7 @@ def test_no_host_sync_guard_catches_syncs():
 def _setup(deterministic=False):
     from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool
 
-    from kunlun_triton.sglang_plugin.attention import KunlunTritonAttnBackend
+    from kunlun_triton.sglang_plugin.backends.attention import KunlunTritonAttnBackend
 
     pool = MHATokenToKVPool(size=SLOTS, page_size=1, dtype=torch.float32, head_num=KV_HEADS, head_dim=DIM,
                             layer_num=1, device="cpu", enable_memory_saver=False, enable_alt_stream=False)  # fmt: skip
@@ -220,8 +220,8 @@ def test_captured_ops_do_not_sync_with_checks_off(name):
 
 
 def test_platform_declares_graphs_where_the_target_has_them():
-    from kunlun_triton.sglang_plugin import platform
-    from kunlun_triton.sglang_plugin.platform import KunlunDevPlatform, KunlunPlatform, device_graphs_available
+    from kunlun_triton.sglang_plugin.platform import classes as platform
+    from kunlun_triton.sglang_plugin.platform.classes import KunlunDevPlatform, KunlunPlatform, device_graphs_available
 
     assert device_graphs_available("cuda") and device_graphs_available("hip")
     assert not device_graphs_available("interpreter")

@@ -83,7 +83,7 @@ def _rows_alone_and_batched(mm, a, b):
 
 
 def test_host_batch_invariant_ops_are_row_invariant():
-    from kunlun_triton.sglang_plugin.batch_invariant import disable_on_host, enable_on_host
+    from kunlun_triton.sglang_plugin.layers.batch_invariant import disable_on_host, enable_on_host
 
     gen = torch.Generator().manual_seed(0)
     a, b = torch.randn(24, 64, generator=gen), torch.randn(64, 96, generator=gen)

@@ -74,7 +74,7 @@ def test_targets_with_complete_bf16_keep_it(monkeypatch, tmp_path):
     from types import SimpleNamespace
 
     from kunlun_triton.runtime import detect_target, run_dtype
-    from kunlun_triton.sglang_plugin.defaults import apply_dtype_policy
+    from kunlun_triton.sglang_plugin.platform.defaults import apply_dtype_policy
 
     bf16 = _model_dir(tmp_path, "bf16", "bfloat16")
     try:

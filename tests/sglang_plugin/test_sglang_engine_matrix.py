@@ -87,7 +87,7 @@ def test_serves_equal_to_its_oracle_and_readme_row_matches(row, tiny_model, engi
     from conftest import HFOracle
 
     from kunlun_triton.sglang_plugin.report import engine_dispatch_report
-    from kunlun_triton.sglang_plugin.support import model_config
+    from kunlun_triton.sglang_plugin.platform.support import model_config
 
     path = tiny_model(row.arch)
     architecture = model_config(path)["architectures"][0]
@@ -148,7 +148,7 @@ def test_an_unsupported_option_fails_at_start_up_not_mid_request(tiny_model):
     scheduler process would arrive as SGLang's child-process failure)."""
     from kt_sglang_support import start_engine
 
-    from kunlun_triton.sglang_plugin.support import UnsupportedFeature
+    from kunlun_triton.sglang_plugin.platform.support import UnsupportedFeature
 
     with pytest.raises(UnsupportedFeature, match=r"DeepseekV2ForCausalLM .*--kv-cache-dtype mxfp8.*auto"):
         start_engine(tiny_model("deepseek_v2"), kv_cache_dtype="mxfp8")

@@ -7,7 +7,7 @@ import torch
 
 from strategies import DEVICE
 
-from kunlun_triton.sglang_plugin.fused_ops import _rotary_forward, rotary_cache_for
+from kunlun_triton.sglang_plugin.layers.fused_ops import _rotary_forward, rotary_cache_for
 from kunlun_triton.testing import assert_close
 
 
@@ -48,7 +48,7 @@ def test_deepseek_yarn_rotary_matches_its_forward_native_on_strided_views():
     rope slices of q [tokens, heads, nope + rope] and of the latent row."""
     from sglang.srt.layers.rotary_embedding.rope_variant import DeepseekScalingRotaryEmbedding
 
-    from kunlun_triton.sglang_plugin.fused_ops import _deepseek_rotary_forward
+    from kunlun_triton.sglang_plugin.layers.fused_ops import _deepseek_rotary_forward
 
     layer = DeepseekScalingRotaryEmbedding(16, 16, 256, 10000, False, 4.0, torch.float32, beta_fast=32, beta_slow=1,
                                            mscale=0.707, mscale_all_dim=0.707).to(DEVICE)  # fmt: skip
@@ -70,7 +70,7 @@ def test_logit_softcap_hook_matches_sglang_cpu_formula_in_place():
     """The hook on the logits processor's ``fused_softcap``: SGLang's own CPU
     path computes cap * tanh(x / cap); ours does it in place, on a row slice
     of a wider buffer as well."""
-    from kunlun_triton.sglang_plugin.fused_ops import softcap_logits
+    from kunlun_triton.sglang_plugin.layers.fused_ops import softcap_logits
 
     def unreachable(*args):
         raise AssertionError("fell back to SGLang's CUDA kernel")
@@ -89,7 +89,7 @@ def test_fused_op_forwards_are_the_specs_with_an_sglang_forward():
     specs declare (`OpSpec.sglang_forward`; install.FUSED_OPS is checked
     against the same specs in tests/ops/test_registry.py)."""
     from kunlun_triton.ops.spec import all_specs
-    from kunlun_triton.sglang_plugin.fused_ops import register_fused_ops
+    from kunlun_triton.sglang_plugin.layers.fused_ops import register_fused_ops
 
     registered = register_fused_ops("kunlun_registry_test")  # {layer class: op name}
     declared = {name: spec.sglang_forward.removesuffix("(+subclasses)") for name, spec in all_specs().items()
@@ -103,3 +103,23 @@ def test_fused_op_forwards_are_the_specs_with_an_sglang_forward():
     # every declared layer is registered (RMSNorm's one forward serves rms_norm and fused_add_rms_norm)
     for name, layer in declared.items():
         assert any(cls.__name__ == layer for cls in registered), (name, layer)
+
+
+def test_elementwise_layers_named_by_a_spec_compute_what_sglang_native_does():
+    """A spec naming an SGLang layer with no forward of its own in the plugin
+    (`elementwise_forward`: y = op(x)) is served by the spec's function: the
+    registered forward matches the layer's own ``forward_native`` (SGLang's
+    torch code: the oracle) within the float32 tolerance (SiluAndMul today)."""
+    from sglang.kernels.fused_op import BaseFusedOp
+
+    from kunlun_triton.ops.spec import all_specs
+    from kunlun_triton.sglang_plugin.layers.fused_ops import register_fused_ops
+
+    registered = register_fused_ops("kunlun_elementwise_test")
+    forwards = BaseFusedOp._oot_forward_registry.pop("kunlun_elementwise_test")
+    generic = {cls: fn for cls, fn in forwards.items() if fn.__name__ == f"{registered[cls]}_forward"}
+    assert generic, "no layer is served by the elementwise forward"
+    for cls, fn in generic.items():
+        assert all_specs()[registered[cls]].sglang_forward == cls.__name__
+        x = torch.randn(5, 2 * 48, generator=torch.Generator().manual_seed(3)).to(DEVICE)
+        assert_close(fn(cls(), x), cls().forward_native(x))

@@ -33,7 +33,7 @@ def server_log(tmp_path_factory):
 def server(tiny_llama, server_log):
     port = _free_port()
     env = dict(os.environ, SGLANG_PLATFORM="kunlun")
-    cmd = [sys.executable, "-m", "kunlun_triton.sglang_plugin.serve", "--model-path", tiny_llama,
+    cmd = [sys.executable, "-m", "kunlun_triton.sglang_plugin.tools.serve", "--model-path", tiny_llama,
            "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32", "--max-total-tokens", "2048",
            "--max-running-requests", "4", "--random-seed", "0", "--log-level", "error"]  # fmt: skip
     log = open(server_log, "w")  # a file, not a pipe: nobody drains a pipe while it serves
@@ -77,7 +77,7 @@ def test_chat_completions_through_openai_client(server, hf_llama):
 
 
 def test_server_info_carries_the_scheduler_dispatch_report(server):
-    from kunlun_triton.sglang_plugin.serve import fetch_scheduler_report
+    from kunlun_triton.sglang_plugin.tools.serve import fetch_scheduler_report
 
     rep = fetch_scheduler_report(server)
     assert rep is not None and rep["target"] == "interpreter" and rep["tp_rank"] == 0

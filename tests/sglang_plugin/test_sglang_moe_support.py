@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from kunlun_triton.sglang_plugin import moe
+from kunlun_triton.sglang_plugin.layers import moe
 
 
 def _args(**kw):

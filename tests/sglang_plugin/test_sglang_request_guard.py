@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from kunlun_triton.sglang_plugin import request_guard as guard
+from kunlun_triton.sglang_plugin.platform import request_guard as guard
 
 VOCAB = 512
 
@@ -76,7 +76,7 @@ def test_sampler_answers_top_logprobs_above_the_vocabulary_with_the_whole_vocabu
     import torch
     from sglang.srt.layers.logprob_processor import OutputLogprobProcessor
 
-    from kunlun_triton.sglang_plugin.sampler import KunlunSampler
+    from kunlun_triton.sglang_plugin.backends.sampler import KunlunSampler
 
     sampler = object.__new__(KunlunSampler)  # no TP group in this process: only what forward reads
     sampler.use_ascend_backend, sampler.rl_on_policy_target = False, None

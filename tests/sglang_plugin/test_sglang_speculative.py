@@ -111,8 +111,8 @@ def test_platform_declares_algorithms_and_refuses_the_rest(tmp_path):
 
     import sglang  # noqa: F401  (first: the platform module imports SGLang's platform package mid-init)
 
-    from kunlun_triton.sglang_plugin.platform import KunlunDevPlatform
-    from kunlun_triton.sglang_plugin.support import UnsupportedFeature, check_support
+    from kunlun_triton.sglang_plugin.platform.classes import KunlunDevPlatform
+    from kunlun_triton.sglang_plugin.platform.support import UnsupportedFeature, check_support
 
     platform = KunlunDevPlatform.__new__(KunlunDevPlatform)  # the hooks read no state
     for algo in ("EAGLE", "EAGLE3", "STANDALONE", "NGRAM", "NEXTN"):
@@ -140,7 +140,7 @@ def _verify_setup(seq_lens, n, seed):
     from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool
     from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
-    from kunlun_triton.sglang_plugin.attention import KunlunTritonAttnBackend
+    from kunlun_triton.sglang_plugin.backends.attention import KunlunTritonAttnBackend
 
     kv_heads, dim, max_len, bs = 2, 16, 32, len(seq_lens)
     slots = bs * max_len + 8
@@ -228,8 +228,8 @@ def test_chain_verify_without_a_mask_equals_the_chain_mask():
 
 
 def test_serve_report_prints_each_speculative_phase():
-    from kunlun_triton.sglang_plugin.serve import format_report
-    from kunlun_triton.sglang_plugin.speculative import (
+    from kunlun_triton.sglang_plugin.tools.serve import format_report
+    from kunlun_triton.sglang_plugin.speculative.phases import (
         note_forward, note_op, reset_speculative_report, speculative_report)
 
     reset_speculative_report()

@@ -108,8 +108,8 @@ def test_bench_is_lossless_and_prints_both_sides(bench_result, hf_llama):
 def test_accept_ratios_and_the_serve_report_line():
     """The ratios from counts, by their definitions (SGLang's meta_info ones):
     2 requests, 20 tokens in 8 verify steps (5 forwards), 6 of 8 x 3 drafts accepted."""
-    from kunlun_triton.sglang_plugin.serve import format_report
-    from kunlun_triton.sglang_plugin.spec_accept import accept_ratios
+    from kunlun_triton.sglang_plugin.tools.serve import format_report
+    from kunlun_triton.sglang_plugin.speculative.accept import accept_ratios
 
     counts = {"requests": 2, "completion_tokens": 20, "verify_steps": 8, "correct_drafts": 6, "verify_forwards": 5}
     acc = accept_ratios(counts, num_draft_tokens=4)

@@ -8,7 +8,7 @@ Why it needs the platform: SGLang 0.5.23's
 ``DeepseekV2ForCausalLM.set_embed_and_head`` (the EAGLE worker sharing the
 target's embedding and head with the draft) calls ``torch.cuda.synchronize()``
 unconditionally, which has no driver to call on the CPU; the platform's hook
-(sglang_plugin/spec_draft_models.py) asks the platform instead. One engine.
+(sglang_plugin/speculative/draft_models.py) asks the platform instead. One engine.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def test_sglangs_set_embed_and_head_calls_cuda_and_the_hook_does_not():
     import torch
     from sglang.srt.models.deepseek_v2 import DeepseekV2ForCausalLM
 
-    from kunlun_triton.sglang_plugin.spec_draft_models import set_embed_and_head_on_platform
+    from kunlun_triton.sglang_plugin.speculative.draft_models import set_embed_and_head_on_platform
 
     assert not torch.cuda.is_available()  # the development machine this test describes
     original = inspect.unwrap(DeepseekV2ForCausalLM.set_embed_and_head)  # SGLang's own, not our hook

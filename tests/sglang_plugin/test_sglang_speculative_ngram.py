@@ -12,7 +12,7 @@ tail), so its drafts match the target's tokens and some are accepted
 while the other requests' drafts are mostly rejected (the repair path). The
 verify of every NGRAM tree runs our ``extend_attention`` with the tree's
 mask; SGLang's Triton ``reconstruct_indices_from_tree_mask_triton`` builds
-the positions and walk links (``sglang_plugin/ngram.py``).
+the positions and walk links (``sglang_plugin/speculative/ngram.py``).
 
 STANDALONE (the target as its own draft: drafts accepted, a chain verified
 causally) gives the Qwen3 row; the Llama STANDALONE row is written by
@@ -78,7 +78,7 @@ def test_speculative_greedy_equals_hf_and_drafts_are_accepted(arch, algorithm, p
     from conftest import HFOracle
 
     from kunlun_triton.sglang_plugin.report import engine_dispatch_report
-    from kunlun_triton.sglang_plugin.support import model_config
+    from kunlun_triton.sglang_plugin.platform.support import model_config
 
     path = tiny_model(arch)
     hf = HFOracle(path)
@@ -124,7 +124,7 @@ def test_ngram_tree_op_imports_without_faking_sgl_kernel():
     import importlib.util
     import sys
 
-    from kunlun_triton.sglang_plugin.ngram import import_reconstruct_tree
+    from kunlun_triton.sglang_plugin.speculative.ngram import import_reconstruct_tree
 
     had_kernel = importlib.util.find_spec("sgl_kernel") is not None
     module = import_reconstruct_tree()
@@ -144,7 +144,7 @@ def test_reconstruct_tree_hook_runs_sglangs_triton_kernel_and_matches_its_host_w
     import torch
     from sglang.srt.speculative.ngram_worker import _derive_tree_links
 
-    from kunlun_triton.sglang_plugin.ngram import reconstruct_tree_triton
+    from kunlun_triton.sglang_plugin.speculative.ngram import reconstruct_tree_triton
 
     gen = np.random.default_rng(0)
     bs, n = 3, 6

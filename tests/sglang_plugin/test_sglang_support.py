@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from kunlun_triton.sglang_plugin.support import UnsupportedFeature, check_support
+from kunlun_triton.sglang_plugin.platform.support import UnsupportedFeature, check_support
 
 
 def _model(tmp_path, **config):
@@ -45,7 +45,7 @@ def test_ngram_is_refused_exactly_where_sglangs_ngram_worker_cannot_import(tmp_p
     window."""
     import importlib
 
-    from kunlun_triton.sglang_plugin.ngram import import_reconstruct_tree
+    from kunlun_triton.sglang_plugin.speculative.ngram import import_reconstruct_tree
 
     import_reconstruct_tree()
     try:

@@ -12,7 +12,8 @@ from importlib.metadata import version
 
 import pytest
 
-from kunlun_triton.sglang_plugin import UnsupportedSGLangVersion, check_sglang_version, versions
+from kunlun_triton.sglang_plugin import UnsupportedSGLangVersion, check_sglang_version
+from kunlun_triton.sglang_plugin.platform import versions
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +57,7 @@ def test_table_matches_the_installed_sglang_source(api):
 
 
 def _platform():
-    from kunlun_triton.sglang_plugin.platform import KunlunDevPlatform
+    from kunlun_triton.sglang_plugin.platform.classes import KunlunDevPlatform
 
     return KunlunDevPlatform()
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from kunlun_triton.sglang_plugin.versions import SUPPORTED_SGLANG_VERSIONS
+from kunlun_triton.sglang_plugin.platform.versions import SUPPORTED_SGLANG_VERSIONS
 
 pytestmark = pytest.mark.sglang_window
 

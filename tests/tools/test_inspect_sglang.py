@@ -11,8 +11,8 @@ import torch
 
 from kunlun_triton.ops.spec import all_specs
 from kunlun_triton.runtime import Target, targeting
-from kunlun_triton.sglang_plugin.baselines import programs_baselines, traffic_baselines
-from kunlun_triton.sglang_plugin.baselines.attention import sglang_num_kv_splits
+from kunlun_triton.sglang_plugin.tools.baselines import programs_baselines, traffic_baselines
+from kunlun_triton.sglang_plugin.tools.baselines.attention import sglang_num_kv_splits
 from kunlun_triton.tools.inspect_kernels import inspect_ops, resolve_preset
 
 SM90 = Target("cuda", "sm_90", "meta", "test")
@@ -190,3 +190,16 @@ def test_mla_extend_moves_the_latent_once():
         ours = all_specs(("attention",))["extend_attention"].traffic(shape, torch.bfloat16)
         theirs = traffic_baselines()["extend_attention"](shape, torch.bfloat16)
     assert ours <= 0.6 * theirs, (ours, theirs)
+
+
+def test_every_baseline_a_spec_names_is_sglangs_function_there():
+    """`OpSpec.sglang_baselines` says which baselines exist; the tables the
+    tools read are built from them and hold a callable per declared op."""
+    from kunlun_triton.ops.spec import BASELINE_SUFFIXES, with_baseline
+    from kunlun_triton.sglang_plugin.tools import baselines
+
+    for kind in BASELINE_SUFFIXES:
+        table = getattr(baselines, "bench_baselines" if kind == "bench" else f"{kind}_baselines")()
+        assert set(table) == set(with_baseline(kind)), kind
+        assert all(callable(fn["sglang"] if kind == "bench" else fn) for fn in table.values()), kind
+    assert set(with_baseline("bench")) >= {"decode_attention", "extend_attention"}

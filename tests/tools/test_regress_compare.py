@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from kunlun_triton.sglang_plugin.regress import compare_top5, dump_golden, main
+from kunlun_triton.sglang_plugin.tools.regress import compare_top5, dump_golden, main
 
 GOLDEN = [[[5, -0.1], [7, -2.5], [9, -3.0]], [[1, -0.5], [2, -1.2], [3, -4.0]]]
 

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from kunlun_triton.sglang_plugin import conflicts, versions
+from kunlun_triton.sglang_plugin.platform import conflicts
+from kunlun_triton.sglang_plugin.platform import versions
 
 REPO = Path(__file__).resolve().parents[2]
 

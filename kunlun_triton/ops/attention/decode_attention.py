@@ -221,12 +221,12 @@ def decode_attention(
         launch_merge = True
     # (a stride() tuple indexed twice: half the cost of two stride(i) calls)
     qs, kbs, vbs = q.stride(), k_buffer.stride(), v_buffer.stride()
-    launch.partial((batch, kv_heads * launch.head_blocks, max_splits),
+    launch.partial.run(decode_partial_kernel, (batch, kv_heads * launch.head_blocks, max_splits),
         q, kernel_view(k_buffer), kernel_view(v_buffer), kv_indptr, kv_indices, part_out, part_lse,
         sm_scale, split_tokens, max_splits, q_heads, qs[0], qs[1], kbs[0], kbs[1], vbs[0], vbs[1],
         k_scale, v_scale)  # fmt: skip
     if launch_merge:
         os_ = o.stride()
-        launch.merge((batch, kv_heads * launch.merge_head_blocks),
+        launch.merge.run(decode_merge_kernel, (batch, kv_heads * launch.merge_head_blocks),
             part_out, part_lse, o, kv_indptr, split_tokens, max_splits, q_heads, os_[0], os_[1])  # fmt: skip
     return o

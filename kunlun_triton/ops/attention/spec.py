@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from ...introspect.paged import decode_batch, extend_batch
-from ..spec import COUNT, FLAG, FORMULATION, NON_NEGATIVE, TILE, OpCase, OpSpec
+from ..spec import COUNT, FLAG, FORMULATION, NON_NEGATIVE, TILE, OpCase, OpSpec, baselines
 from . import reference
 from .decode_attention import decode_attention
 from .decode_splits import DecodeWorkspace, decode_split_plan, decode_traffic, decode_workspace
@@ -366,14 +366,14 @@ def store_kv_generation_shapes(preset, max_context: int, max_batch: int, step: i
     tokens = list(range(1, max_batch + 1)) + list(range(257, 8193, 97))
     return ({"tokens": t, "kv_heads": preset.num_kv_heads, "head_dim": preset.head_dim} for t in tokens)
 
-
+_SERVED, _BASELINES = ("attention backend", "draft attention backends"), ("bench", "inspect", "traffic", "launcher")
 SPECS = [
     OpSpec("store_kv", "attention", store_kv_case, (({"tokens": 5, "kv_heads": 2, "head_dim": 64}, torch.float16),),
            store_kv_shapes, bench_dtype=torch.float16, tune_candidates=store_kv_candidates,
            tune_shapes=store_kv_tune_shapes, x_axis="tokens",
            kernels=store_kv_kernels, config_keys={"TOKENS_PER_PROGRAM": TILE, "MAX_BLOCK_C": TILE},
            function=store_kv, lookup_dims=("row_width", "tokens"), generation_shapes=store_kv_generation_shapes,
-           graph_capture=True),
+           graph_capture=True, sglang=(*_SERVED, "KV pool")),
     OpSpec("decode_attention", "attention", decode_attention_case,
            (({"lens": [37, 1, 100], "q_heads": 8, "kv_heads": 2, "head_dim": 128, "page_size": 16}, torch.float16),),
            decode_shapes, bench_dtype=torch.float16, tune_candidates=decode_candidates,
@@ -382,7 +382,8 @@ SPECS = [
            config_keys={"formulation": FORMULATION, "BLOCK_N": TILE, "MAX_KV_SPLITS": COUNT,
                         "PROGRAMS_PER_UNIT": COUNT, "MIN_SPLIT_TOKENS": COUNT, "MAX_BLOCK_H": TILE,
                         "DIRECT_SINGLE_SPLIT": FLAG, "BATCH_ROWS": NON_NEGATIVE, "FP8_RUNTIME_UNIT": FLAG},
-           function=decode_attention, lookup_dims=("head_dim", "group"), generation_shapes=decode_generation_shapes),
+           function=decode_attention, lookup_dims=("head_dim", "group"), generation_shapes=decode_generation_shapes,
+           sglang=_SERVED, sglang_baselines=baselines("attention:decode", *_BASELINES, "programs")),
     OpSpec("extend_attention", "attention", extend_attention_case,
            (({"prefix_lens": [20, 0], "extend_lens": [9, 24], "q_heads": 8, "kv_heads": 2, "head_dim": 128, "page_size": 16}, torch.float16),
             ({"prefix_lens": [37, 5], "extend_lens": [8, 4], "q_heads": 8, "kv_heads": 2, "head_dim": 128, "page_size": 16,
@@ -393,5 +394,6 @@ SPECS = [
            config_keys={"formulation": FORMULATION, "BLOCK_M": TILE, "BLOCK_N": TILE, "FP8_KV_BLOCK_N": TILE,
                         "VERIFY_BLOCK_M": TILE, "VERIFY_BLOCK_N": TILE, "VERIFY_NUM_WARPS": TILE,
                         "FP8_RUNTIME_UNIT": FLAG},
-           function=extend_attention, lookup_dims=("head_dim", "group"), generation_shapes=extend_generation_shapes),
+           function=extend_attention, lookup_dims=("head_dim", "group"), generation_shapes=extend_generation_shapes,
+           sglang=_SERVED, sglang_baselines=baselines("attention:extend", *_BASELINES)),
 ]  # fmt: skip

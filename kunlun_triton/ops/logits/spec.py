@@ -63,5 +63,6 @@ def tune_candidates(quick: bool) -> list[dict]:
 SPECS = [
     OpSpec("logit_softcap", "logits", make_case, DOCTOR, bench_shapes, bench_dtype=torch.float32,
            tune_candidates=tune_candidates, x_axis="rows", kernels=kernels, function=ops.logit_softcap,
-           lookup_dims=("vocab_size", "rows"), config_keys={"ROWS_PER_PROGRAM": TILE, "BLOCK_COLS": TILE}),
+           lookup_dims=("vocab_size", "rows"), config_keys={"ROWS_PER_PROGRAM": TILE, "BLOCK_COLS": TILE},
+           sglang=("final-logit soft-capping",)),
 ]  # fmt: skip

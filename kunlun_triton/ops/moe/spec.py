@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import torch
 
-from ...runtime import Target, current_target, get_config
+from ...runtime import Target, get_config
+from ...runtime.capabilities import AOT_PROXY, default_target, planning_target
 from ...introspect.aot import KernelSpec
-from ..spec import FORMULATION, TILE, OpCase, OpSpec
+from ..spec import FORMULATION, TILE, OpCase, OpSpec, baselines
 from . import reference
 from .fused_experts import FORMULATIONS, SUM_TILE_CAP, fused_experts
 from .moe_topk import _plan as topk_plan
@@ -33,7 +34,7 @@ GROUPED_ROUTING = {"model": "deepseek-v3", "num_experts": 256, "top_k": 8, "scor
 DECODE_TOKENS = (1, 16, 64)
 PREFILL_TOKENS = (1024, 4096)
 # The AOT targets' capabilities (tl.dot everywhere, bf16 dot right, other= honoured).
-GPU = Target("cuda", "sm_90", "cuda", "ahead-of-time compile")
+GPU = default_target(AOT_PROXY, "ahead-of-time compile")  # the AOT proxy's default part (sm_90)
 TRITON_DTYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
 
 
@@ -189,8 +190,7 @@ def fused_experts_keep(candidate, shape) -> bool:
 def _compile_target() -> Target:
     """The active target where it compiles (cuda, hip, kunlun), else the GPU
     (the lowering tests plan under the interpreter, whose kernels never compile)."""
-    target = current_target()
-    return target if target.name in ("cuda", "hip", "kunlun") else GPU
+    return planning_target()
 
 
 def fused_experts_kernels(shape, dtype, config) -> list[KernelSpec]:
@@ -232,7 +232,8 @@ SPECS = [
             ({"tokens": 3, "num_experts": 16, "top_k": 4, "scoring": "sigmoid", "bias": True, "groups": 4,
               "topk_group": 2, "scaling": 2.5}, torch.bfloat16)),
            moe_topk_shapes, tune_candidates=moe_topk_candidates, x_axis="tokens", kernels=moe_topk_kernels,
-           config_keys={"ROWS_PER_PROGRAM": TILE}, function=moe_topk, lookup_dims=("num_experts",)),
+           config_keys={"ROWS_PER_PROGRAM": TILE}, function=moe_topk, lookup_dims=("num_experts",),
+           sglang=("MoE layers",), sglang_baselines=baselines("moe:moe_topk", "bench")),
     OpSpec("fused_experts", "moe", fused_experts_case,
            (({"tokens": 6, "num_experts": 6, "top_k": 2, "hidden_size": 40, "intermediate_size": 24}, torch.float16),),
            fused_experts_shapes, tune_candidates=fused_experts_candidates, tune_shapes=fused_experts_tune_shapes,
@@ -240,5 +241,7 @@ SPECS = [
            config_keys={"formulation": FORMULATION, **dict.fromkeys(
                ("BLOCK_M", "BLOCK_N", "BLOCK_K", "DOWN_BLOCK_N", "DOWN_BLOCK_K", "ALIGN_TILE"), TILE)},
            function=fused_experts,
-           lookup_dims=("tokens", "num_experts", "top_k", "hidden_size", "intermediate_size")),
+           lookup_dims=("tokens", "num_experts", "top_k", "hidden_size", "intermediate_size"),
+           sglang=("MoE layers", "W8A8-INT8 quantization"),
+           sglang_baselines=baselines("moe:fused_experts", "bench", "inspect")),
 ]  # fmt: skip

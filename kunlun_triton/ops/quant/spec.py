@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import torch
 
-from ...runtime import Target, current_target
-from ..spec import FORMULATION, TILE, OpCase, OpSpec
+from ...runtime import Target
+from ...runtime.capabilities import planning_target
+from ..spec import FORMULATION, TILE, OpCase, OpSpec, baselines
 from . import ops, reference
 
-GPU = Target("cuda", "sm_90", "cuda", "ahead-of-time compile")
 
 
 def _elt(dtype) -> int:
@@ -132,8 +132,7 @@ def mm_kernels(shape, dtype, config):
     GPU's under the interpreter, whose kernels never compile) launches it."""
     from ...introspect.launches import kernel_specs, with_loop_items
 
-    target = current_target()
-    target = target if target.name in ("cuda", "hip", "kunlun") else GPU
+    target = planning_target()
     m, n, k = shape["m"], shape["n"], shape["k"]
     meta = lambda *size, dt=torch.int8: torch.empty(*size, dtype=dt, device="meta")  # noqa: E731
     a, b = meta(m, k), meta(n, k).t()
@@ -149,10 +148,11 @@ SPECS = [
            (({"rows": 5, "d": 96}, torch.bfloat16), ({"rows": 3, "d": 2500}, torch.float16)),
            quant_shapes, tune_candidates=quant_candidates, compare=quant_compare, x_axis="rows",
            kernels=quant_kernels, config_keys={"ROWS_PER_PROGRAM": TILE, "BLOCK_COLS": TILE},
-           function=ops.per_token_quant_int8, lookup_dims=("hidden_size", "rows")),
+           function=ops.per_token_quant_int8, lookup_dims=("hidden_size", "rows"), sglang=("W8A8-INT8 quantization",)),
     OpSpec("int8_scaled_mm", "quant", mm_case,
            (({"m": 5, "n": 40, "k": 72, "bias": True}, torch.bfloat16), ({"m": 1, "n": 24, "k": 40}, torch.float16)),
            mm_shapes, tune_candidates=mm_candidates, tune_keep=mm_keep, x_axis="m", kernels=mm_kernels,
            config_keys={"formulation": FORMULATION, "BLOCK_M": TILE, "BLOCK_N": TILE, "BLOCK_K": TILE},
-           function=ops.int8_scaled_mm, lookup_dims=("m", "n", "k")),
+           function=ops.int8_scaled_mm, lookup_dims=("m", "n", "k"), sglang=("W8A8-INT8 quantization",),
+           sglang_baselines=baselines("moe:int8_scaled_mm", "inspect")),
 ]  # fmt: skip

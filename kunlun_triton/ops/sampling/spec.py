@@ -24,7 +24,7 @@ from __future__ import annotations
 import torch
 
 from ...runtime.config_keys import TILE
-from ..spec import OpCase, OpSpec
+from ..spec import OpCase, OpSpec, baselines
 from . import ops, reference, renorm, tree_sampling
 from .ops import greedy, sample
 from .renorm import min_p_renorm_probs, renorm_probs, top_k_renorm_probs, top_p_renorm_probs
@@ -270,10 +270,12 @@ _TUNE = dict(tune_candidates=tune_candidates, tune_shapes=tune_shapes, bench_dty
              lookup_dims=("vocab",))
 SPECS = [
     OpSpec("sample", "sampling", sample_case, (({"batch": 33, "vocab": 1000}, torch.float32),), sample_shapes,
-           compare=compare_draws, kernels=sample_kernels, function=sample, graph_capture=True, **_TUNE),
+           compare=compare_draws, kernels=sample_kernels, function=sample, graph_capture=True,
+           sglang=("sampling backend",), sglang_baselines=baselines("sampling:sample", "bench"), **_TUNE),
     OpSpec("greedy", "sampling", greedy_case,
            tuple(({"batch": 33, "vocab": 1000, "tie": True}, d) for d in (torch.float32, torch.bfloat16)),
-           sample_shapes, compare=compare_exact, kernels=greedy_kernels, function=greedy, graph_capture=True, **_TUNE),
+           sample_shapes, compare=compare_exact, kernels=greedy_kernels, function=greedy, graph_capture=True,
+           sglang=("sampling backend",), **_TUNE),
     OpSpec("top_k_renorm_probs", "sampling", _renorm_case(top_k_renorm_probs, ("top_ks",)), _DOCTOR_RENORM,
            renorm_shapes, kernels=_renorm_kernels("top_k_renorm_probs"), function=top_k_renorm_probs, **_TUNE),
     OpSpec("top_p_renorm_probs", "sampling", _renorm_case(top_p_renorm_probs, ("top_ps",)), _DOCTOR_RENORM,

@@ -8,7 +8,7 @@ from strategies import DEVICE
 
 from kunlun_triton.introspect.paged import decode_batch, extend_batch
 from kunlun_triton.ops import decode_attention, extend_attention
-from kunlun_triton.sglang_plugin.baselines.attention import sglang_decode, sglang_extend
+from kunlun_triton.sglang_plugin.tools.baselines.attention import sglang_decode, sglang_extend
 from kunlun_triton.testing import assert_close
 
 
@@ -51,7 +51,7 @@ def test_mla_extend_matches_sglang(formulation):
 
 def test_the_plugin_passes_mla_v_as_the_latent_view_and_checks_it():
     from kunlun_triton.ops.attention.shared import latent_view
-    from kunlun_triton.sglang_plugin.attention import _latent_of
+    from kunlun_triton.sglang_plugin.backends.attention import _latent_of
 
     k = torch.randn(6, 1, 80)
     k[2, 0, 3] = float("nan")

@@ -208,7 +208,7 @@ def test_a_masked_inf_never_reaches_a_row():
 def test_verify_matches_sglangs_extend_with_its_custom_mask(formulation, kv_heads, group, head_dim):
     """SGLang's own extend_attention_fwd on the same tree masks (theirs honours
     entries above the diagonal within a row block: the masks here have none)."""
-    from kunlun_triton.sglang_plugin.baselines.attention import sglang_extend
+    from kunlun_triton.sglang_plugin.tools.baselines.attention import sglang_extend
 
     gen = torch.Generator().manual_seed(head_dim)
     parents_list = [random_parents(8, 4, gen), random_parents(5, 1, gen), random_parents(12, 2, gen)]

@@ -88,7 +88,7 @@ def test_sglang_fused_moe_kernel_specs_lower_at_our_block_sizes(monkeypatch):
     must not select our platform: its development mode would turn SGLang's
     kernels into interpreted functions as SGLang imports.)"""
     monkeypatch.delenv("SGLANG_PLATFORM", raising=False)
-    from kunlun_triton.sglang_plugin.baselines.moe import fused_experts_kernel_baselines
+    from kunlun_triton.sglang_plugin.tools.baselines.moe import fused_experts_kernel_baselines
     from kunlun_triton.testing import assert_lowers
 
     shape = {"tokens": 64, "num_experts": 8, "top_k": 2, "hidden_size": 256, "intermediate_size": 96}

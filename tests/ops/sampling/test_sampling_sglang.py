@@ -15,7 +15,7 @@ import torch
 from stats import chi_square_p_value
 
 from kunlun_triton.ops.sampling import reference as ref
-from kunlun_triton.sglang_plugin.baselines import sampling as baseline
+from kunlun_triton.sglang_plugin.tools.baselines import sampling as baseline
 
 N = 8192
 ALPHA = 1e-5

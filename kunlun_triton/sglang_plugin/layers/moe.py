@@ -29,9 +29,17 @@ from __future__ import annotations
 
 import logging
 
+from ..platform.mode import dev_mode
+
 logger = logging.getLogger("kunlun_triton.sglang_plugin")
 
-MOE_OPS = "moe_topk, fused_experts"
+
+
+def _moe_ops() -> str:
+    """The ops the MoE layers run (the specs': `OpSpec.sglang`)."""
+    from ...ops.spec import served_by  # function-level: the specs import every op family
+
+    return ", ".join(served_by("MoE layers"))
 _SUPPORTED_RUNNER_BACKENDS = ("auto", "triton")
 
 
@@ -50,8 +58,6 @@ def _topk_forward(self, hidden_states, router_logits, *, num_token_non_padded=No
         TopKOutputFormat,
         capture_routed_experts_if_allowed,
     )
-
-    from . import dev_mode
 
     cfg = self.topk_config
     padded, placement = self._resolve_routing_inputs(num_token_non_padded, expert_location_dispatch_info)
@@ -119,8 +125,6 @@ def _run_fused_experts(self, layer, dispatch_output, **quant):
     from sglang.srt.layers.moe.token_dispatcher import StandardCombineInput
     from sglang.srt.utils import is_cuda
 
-    from . import dev_mode
-
     cfg = self.moe_runner_config
     topk_output = dispatch_output.topk_output
     out = ops.fused_experts(
@@ -167,10 +171,12 @@ def register_moe_ops(dispatch_key: str) -> dict[type, str]:
     from sglang.srt.layers.moe.topk import TopK
     from sglang.srt.layers.quantization.unquant import UnquantizedFusedMoEMethod
 
-    table = {TopK: (_topk_forward, "moe_topk"), UnquantizedFusedMoEMethod: (_experts_forward, "fused_experts")}
+    from ...ops import fused_experts, moe_topk
+
+    table = {TopK: (_topk_forward, moe_topk), UnquantizedFusedMoEMethod: (_experts_forward, fused_experts)}
     for cls, (fn, _) in table.items():
         BaseFusedOp.register_oot_forward(cls, fn, dispatch_key)
-    return {cls: name for cls, (_, name) in table.items()}
+    return {cls: op.__name__ for cls, (_, op) in table.items()}
 
 
 class UnsupportedMoE(ValueError):
@@ -196,7 +202,7 @@ def check_server_args(server_args) -> None:
     if runner not in _SUPPORTED_RUNNER_BACKENDS:
         raise UnsupportedMoE(
             f"kunlun-triton: --moe-runner-backend {runner} is not supported on the kunlun platform; its MoE "
-            f"layers run kunlun-triton's {MOE_OPS} (--moe-runner-backend auto or triton)."
+            f"layers run kunlun-triton's {_moe_ops()} (--moe-runner-backend auto or triton)."
         )
 
 
@@ -217,12 +223,12 @@ def check_model(model) -> int:
             raise UnsupportedMoE(
                 f"kunlun-triton: MoE layer {name} uses {method.__name__} (a quantized or wrapped expert method); "
                 f"on target {current_target().name} only unquantized and W8A8-INT8 experts run (kunlun-triton's "
-                f"{MOE_OPS}). SGLang's other quantized MoE kernels are CUDA-only: serve the unquantized or a "
+                f"{_moe_ops()}). SGLang's other quantized MoE kernels are CUDA-only: serve the unquantized or a "
                 "w8a8_int8 checkpoint."
             )
         if layer.moe_ep_size > 1:
             raise UnsupportedMoE(f"kunlun-triton: MoE layer {name} is expert-parallel (ep size "
                                  f"{layer.moe_ep_size}), which the kunlun platform does not support")  # fmt: skip
     if layers:
-        logger.debug("kunlun-triton: %d MoE layers run %s", len(layers), MOE_OPS)
+        logger.debug("kunlun-triton: %d MoE layers run %s", len(layers), _moe_ops())
     return len(layers)

@@ -5,7 +5,7 @@ and the tokenizer is a byte-level BPE trained with `tokenizers` on a small
 built-in corpus. Needs `transformers` and `tokenizers` (the `sglang` extra
 brings both); never imports SGLang.
 
-    python -m kunlun_triton.sglang_plugin.tiny_model /tmp/tiny-llama --arch llama
+    python -m kunlun_triton.sglang_plugin.tools.tiny_model /tmp/tiny-llama --arch llama
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import json
 import os
 from pathlib import Path
 
-from ..runtime.env import env_str
+from ...runtime.env import env_str
 
 ARCHS = ("llama", "qwen2", "qwen3", "qwen3_moe", "mixtral", "mistral", "phi3", "gemma2", "deepseek_v2")
 # Sliding windows shorter than the test prompts, so the window changes the answer.

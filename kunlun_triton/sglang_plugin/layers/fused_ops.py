@@ -32,6 +32,8 @@ from __future__ import annotations
 import logging
 import weakref
 
+from ..platform.mode import dev_mode
+
 logger = logging.getLogger("kunlun_triton.sglang_plugin")
 
 
@@ -39,8 +41,6 @@ logger = logging.getLogger("kunlun_triton.sglang_plugin")
 def _checks() -> bool:
     """Input checks on the serving path only in development mode: SGLang's
     layers hand these ops well-formed tensors (shapes fixed by the model)."""
-    from . import dev_mode
-
     return dev_mode()
 
 
@@ -72,10 +72,30 @@ def _rms_norm_forward(self, x, residual=None, post_residual_addition=None, quant
     return out, residual
 
 
-def _silu_and_mul_forward(self, x):
-    from kunlun_triton import ops
+def elementwise_forward(op):
+    """The forward of a layer whose whole job is ``y = op(x)`` (SiluAndMul):
+    what an elementwise op's spec gets by naming the layer in
+    `OpSpec.sglang_forward`, with no code here."""
 
-    return ops.silu_and_mul(x, check=_checks())
+    def forward(self, x):
+        return op(x, check=_checks())
+
+    forward.__name__ = forward.__qualname__ = f"{op.__name__}_forward"
+    return forward
+
+
+# Where SGLang defines the layers an elementwise op's spec may name.
+ELEMENTWISE_LAYER_MODULES = ("sglang.srt.layers.activation",)
+
+
+def _elementwise_layer(name: str):
+    import importlib
+
+    for module in ELEMENTWISE_LAYER_MODULES:
+        cls = getattr(importlib.import_module(module), name, None)
+        if isinstance(cls, type):
+            return cls
+    return None
 
 
 def _gelu_and_mul_forward(self, x):
@@ -109,8 +129,6 @@ def rotary_cache_for(layer, dtype, device):
 def _rotary_forward(self, positions, query, key, offsets=None, fused_set_kv_buffer_arg=None):
     from kunlun_triton import ops
 
-    from . import dev_mode
-
     if (
         fused_set_kv_buffer_arg is not None
         or hasattr(self, "sin_cos_cache")
@@ -133,8 +151,6 @@ def softcap_logits(original, full_logits, final_logit_softcapping):
     ``softcap_inplace_logits``): in place, our ``logit_softcap``."""
     from kunlun_triton import ops
 
-    from . import dev_mode
-
     if full_logits.dim() == 0 or full_logits.stride(-1) != 1 or not full_logits.is_floating_point():
         return original(full_logits, final_logit_softcapping)
     return ops.logit_softcap(full_logits, final_logit_softcapping, check=dev_mode())
@@ -144,8 +160,6 @@ def _deepseek_rotary_forward(self, positions, query, key, offsets=None):
     """DeepseekScalingRotaryEmbedding: q_pe [tokens, heads, rope] and k_pe
     [tokens, 1, rope], views into q and the latent, rotated in place."""
     from kunlun_triton import ops
-
-    from . import dev_mode
 
     if (
         key is None
@@ -187,14 +201,31 @@ def register_fused_ops(dispatch_key: str) -> dict[type, str]:
     """Register our forwards under `dispatch_key` (the install table does, once);
     returns {class: op name}."""
     from sglang.kernels.fused_op import BaseFusedOp
-    from sglang.srt.layers.activation import GeluAndMul, SiluAndMul
+    from sglang.srt.layers.activation import GeluAndMul
     from sglang.srt.layers.layernorm import RMSNorm
     from sglang.srt.layers.rotary_embedding.rope_variant import DeepseekScalingRotaryEmbedding
 
-    table = [(RMSNorm, _rms_norm_forward, "rms_norm"), (SiluAndMul, _silu_and_mul_forward, "silu_and_mul"),
-             (GeluAndMul, _gelu_and_mul_forward, "gelu_and_mul")]  # fmt: skip
-    table += [(cls, _rotary_forward, "rotary_embedding") for cls in _rotary_classes()]
-    table.append((DeepseekScalingRotaryEmbedding, _deepseek_rotary_forward, "rotary_embedding"))
+    from ...ops.spec import all_specs
+
+    # our forward per SGLang layer with more to it than y = op(x), under the
+    # name the specs give the layer (`OpSpec.sglang_forward`); any other layer
+    # a spec names gets `elementwise_forward` of the spec's function
+    forwards = {"RMSNorm": [(RMSNorm, _rms_norm_forward)], "GeluAndMul": [(GeluAndMul, _gelu_and_mul_forward)],
+                "RotaryEmbedding(+subclasses)": [(cls, _rotary_forward) for cls in _rotary_classes()]
+                + [(DeepseekScalingRotaryEmbedding, _deepseek_rotary_forward)]}  # fmt: skip
+    table, served = [], set()  # (class, forward, op): a layer serving several ops (RMSNorm) under its first
+    for name, spec in all_specs().items():
+        layer_name = spec.sglang_forward
+        if not layer_name or layer_name in served:
+            continue
+        served.add(layer_name)
+        if layer_name not in forwards:
+            layer = _elementwise_layer(spec.sglang_forward)
+            if layer is None:
+                raise LookupError(f"{name}: its spec names the SGLang layer {spec.sglang_forward!r}, found neither "
+                                  f"in {', '.join(ELEMENTWISE_LAYER_MODULES)} nor with a forward here")  # fmt: skip
+            forwards[layer_name] = [(layer, elementwise_forward(spec.function))]
+        table += [(cls, fn, name) for cls, fn in forwards[layer_name]]
     for cls, fn, _ in table:
         BaseFusedOp.register_oot_forward(cls, fn, dispatch_key)
     logger.debug("kunlun-triton fused ops registered under %r: %s", dispatch_key,

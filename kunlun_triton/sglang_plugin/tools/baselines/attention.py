@@ -44,10 +44,11 @@ def backend_launch(mla: bool, target=None) -> dict:
     """How SGLang's Triton backend launches decode on `target` (default: the
     active one): ``max_kv_splits`` (8, an MLA model's cap for the target's
     SMs), ``use_pdl`` (sm_90 and newer: `is_arch_support_pdl`), ``has_mla``."""
-    from kunlun_triton.runtime import compute_units, current_target
+    from kunlun_triton.runtime import capabilities, compute_units, current_target
 
     target = target or current_target()
-    sms = compute_units(target) if target.name in ("cuda", "hip") else H200_SMS
+    caps = capabilities(target)
+    sms = compute_units(target) if caps.device and not caps.platform_card else H200_SMS  # a GPU's own count
     splits = mla_kv_splits_cap(SGLANG_DEFAULT_KV_SPLITS, sms, MLA_CONTEXT_LEN) if mla else SGLANG_DEFAULT_KV_SPLITS
     if mla and target.name == "hip" and target.arch == "gfx942":
         splits = min(splits, 256)  # its gfx942 pin

@@ -19,7 +19,9 @@ import logging
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 
-logger = logging.getLogger("kunlun_triton.sglang_plugin")
+from .names import LOGGER, PLATFORM_NAME
+
+logger = logging.getLogger(LOGGER)
 
 GROUP = "sglang.srt.platforms"
 OUR_DISTRIBUTION = "kunlun-triton"
@@ -41,7 +43,7 @@ def _normalize(name: str) -> str:
     return name.lower().replace("_", "-").replace(".", "-")
 
 
-def claims(name: str = "kunlun", group: str = GROUP) -> list[PlatformClaim]:
+def claims(name: str = PLATFORM_NAME, group: str = GROUP) -> list[PlatformClaim]:
     """Every distribution's entry point called `name`, in SGLang's order
     (the last one is the one SGLang keeps)."""
     found = []

@@ -29,6 +29,8 @@ import logging
 
 import torch
 
+from ..platform.mode import dev_mode
+
 logger = logging.getLogger("kunlun_triton.sglang_plugin")
 
 _LIBRARY = None  # the torch.library registration, kept alive for the process
@@ -88,8 +90,6 @@ def enable_batch_invariant_mode(original, *args, **kwargs):
     """AROUND hook of SGLang's ``enable_batch_invariant_mode`` (applied only
     on the active kunlun platform): development mode registers the host ops
     above; a card runs SGLang's own."""
-    from . import dev_mode
-
     if dev_mode():
         enable_on_host()
         return None
@@ -99,8 +99,6 @@ def enable_batch_invariant_mode(original, *args, **kwargs):
 def murmur_hash32(original, seed, positions, col_indices):
     """AROUND hook of SGLang's ``murmur_hash32``: host tensors in development
     mode go through SGLang's Triton kernel, as device tensors do."""
-    from . import dev_mode
-
     if not (dev_mode() and seed.device.type == "cpu"):
         return original(seed, positions, col_indices)
     return _host_murmur_hash32(seed, positions, col_indices)

@@ -14,6 +14,8 @@ copy). SGLang's CPU engine paths (AMX, arm64) stay SGLang's. The MoE half
 
 from __future__ import annotations
 
+from ..platform.mode import dev_mode
+
 LINEAR_HOOK = "sglang.srt.layers.quantization.w8a8_int8.W8A8Int8LinearMethod.apply"
 MOE_HOOK = "sglang.srt.layers.quantization.w8a8_int8.W8A8Int8MoEMethod.apply"
 
@@ -21,7 +23,6 @@ MOE_HOOK = "sglang.srt.layers.quantization.w8a8_int8.W8A8Int8MoEMethod.apply"
 def int8_linear_apply(original, self, layer, x, bias=None):
     from kunlun_triton import ops
 
-    from . import dev_mode
     from .moe import use_intel_amx_or_arm
 
     if use_intel_amx_or_arm(layer) or not x.dtype.is_floating_point:

@@ -36,6 +36,8 @@ from __future__ import annotations
 import functools
 import numbers
 
+from .mode import on_card, selected
+
 INT32_MAX = 2**31 - 1
 MAX_N = 1024  # parallel samples per prompt: n copies of the prompt are built at once
 NORMALIZE_HOOK = "sglang.srt.managers.io_struct.GenerateReqInput.normalize_batch_and_arguments"
@@ -44,10 +46,7 @@ VALIDATE_HOOK = "sglang.srt.managers.tokenizer_manager.TokenizerManager._validat
 
 @functools.lru_cache(maxsize=1)
 def _active() -> bool:
-    from . import _selected
-    from kunlun_triton.runtime import detect_target
-
-    return _selected() or detect_target().name == "kunlun"
+    return selected() or on_card()
 
 
 def _short(value) -> str:

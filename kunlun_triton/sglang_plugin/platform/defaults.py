@@ -14,7 +14,15 @@ import json
 import logging
 import os
 
-logger = logging.getLogger("kunlun_triton.sglang_plugin")
+import torch
+
+from ...runtime import current_target, run_dtype
+from ..layers.moe import check_server_args
+from ..speculative.algorithms import apply_speculative_defaults
+from .names import ATTENTION_BACKEND, LOGGER, SAMPLING_BACKEND
+from .support import check_support
+
+logger = logging.getLogger(LOGGER)
 
 _UNSET = object()
 
@@ -48,10 +56,6 @@ def _model_dtype(model_path) -> str | None:
 
 def apply_dtype_policy(server_args) -> None:
     """bf16 on a target without complete bf16 support runs in fp16, said once."""
-    import torch
-
-    from kunlun_triton.runtime import current_target, run_dtype
-
     requested = getattr(server_args, "dtype", "auto")
     wants_bf16 = requested == "bfloat16" or (
         requested == "auto" and _model_dtype(getattr(server_args, "model_path", None)) == "bfloat16"
@@ -66,20 +70,13 @@ def apply_dtype_policy(server_args) -> None:
 
 
 def apply_defaults(platform, server_args) -> None:
-    from .install import ATTENTION_BACKEND, SAMPLING_BACKEND
-    from .moe import check_server_args
-
     check_server_args(server_args)
 
     if _user_left_unset(server_args, "attention_backend", ("intel_amx", "torch_native")):
         server_args.attention_backend = ATTENTION_BACKEND
     if _user_left_unset(server_args, "sampling_backend", ("pytorch",)):
         server_args.sampling_backend = SAMPLING_BACKEND
-    from .support import check_support
-
     check_support(server_args, ours=server_args.attention_backend == ATTENTION_BACKEND)
-    from .speculative import apply_speculative_defaults
-
     apply_speculative_defaults(server_args)
 
     if not platform.capabilities.graph_capture:

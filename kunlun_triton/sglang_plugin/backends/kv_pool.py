@@ -24,6 +24,8 @@ import functools
 import torch
 from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, MLATokenToKVPool
 
+from ..platform.mode import dev_mode
+
 
 FP8_KV_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 
@@ -113,8 +115,6 @@ class KunlunMHATokenToKVPool(MHATokenToKVPool):
     ):
         from sglang.srt.mem_cache.memory_pool import unwrap_write_loc
 
-        from . import dev_mode
-
         # scales as numbers (a tensor scale would need a host read: SGLang's path)
         scalar = all(s is None or isinstance(s, (int, float)) for s in (k_scale, v_scale))
         simple = plain_pool(self) and dcp_kv_mask is None and scalar and accepts_values(self, cache_k, cache_v)
@@ -135,8 +135,6 @@ class KunlunMLATokenToKVPool(MLATokenToKVPool):
 
     def set_kv_buffer(self, layer, loc_info, cache_k, cache_v, layer_id_override=None):
         from sglang.srt.mem_cache.memory_pool import unwrap_write_loc
-
-        from . import dev_mode
 
         if not plain_mla_pool(self) or not accepts_values(self, cache_k) or cache_k.shape[-1] != self.kv_cache_dim:
             return super().set_kv_buffer(layer, loc_info, cache_k, cache_v, layer_id_override)

@@ -21,6 +21,14 @@ from __future__ import annotations
 import os
 import sys
 
+from ...runtime import capabilities, current_target, env_str
+from ...runtime.dispatch import forced_backend
+from ..install import TOUCHPOINTS
+from ..platform.activation import activate, check_sglang_version, register, sglang_version
+from ..platform.mode import dev_mode
+from ..platform.names import ATTENTION_BACKEND, SAMPLING_BACKEND
+from ..platform.versions import SUPPORTED_SGLANG_VERSIONS
+
 TINY = {"tiny-llama": "llama", "tiny-qwen2": "qwen2"}
 
 
@@ -46,9 +54,6 @@ def _resolve_tiny(argv: list[str]) -> list[str]:
 
 
 def _kernels_or_references() -> str:
-    from kunlun_triton.runtime import current_target
-    from kunlun_triton.runtime.dispatch import forced_backend
-
     target = current_target()
     if forced_backend() == "torch":
         return "torch references (KUNLUN_TRITON_BACKEND=torch)"
@@ -64,8 +69,6 @@ def _route(flag: str, chosen, ours: str, routes: str) -> str:
 
 def _status(point, server_args) -> str:
     """What a touchpoint does for these arguments."""
-    from .install import ATTENTION_BACKEND, SAMPLING_BACKEND
-
     if point.name == "attention backend":
         return _route("attention-backend", server_args.attention_backend, ATTENTION_BACKEND, point.routes)
     if point.name == "sampling backend":
@@ -80,12 +83,6 @@ def plan(server_args) -> str:
     """What the server will run, from the install table and the arguments:
     the launching process runs no op itself (the schedulers do), so its
     dispatch report is empty."""
-    from kunlun_triton import current_target
-    from kunlun_triton.runtime import capabilities, env_str
-
-    from . import SUPPORTED_SGLANG_VERSIONS, dev_mode, sglang_version
-    from .install import TOUCHPOINTS
-
     lines = [
         f"kunlun-triton serve: SGLang {sglang_version()} (supported: {', '.join(SUPPORTED_SGLANG_VERSIONS)})",
         f"  platform:    kunlun ({'development mode: CPU + Triton interpreter' if dev_mode() else 'device'})",
@@ -179,16 +176,12 @@ def serve_main(argv=None) -> int:
         print(f"kunlun-triton serve: error: --model-path {missing}: no such file or directory", file=sys.stderr)
         return 2
     os.environ.setdefault("SGLANG_PLATFORM", "kunlun")
-    from . import activate, check_sglang_version
-
     check_sglang_version()
     if activate() is None:
         raise SystemExit("kunlun-triton serve: the kunlun platform did not activate")
     argv = _resolve_tiny(argv)
 
     from sglang.srt.plugins import load_plugins
-
-    from . import register
 
     load_plugins()
     register()  # SGLang skips it with SGLANG_PLATFORM set (we have two platform names); idempotent

@@ -17,6 +17,8 @@ import os
 from dataclasses import dataclass
 from typing import Callable
 
+from ..speculative.algorithms import algorithm_name, serves
+
 
 class UnsupportedFeature(ValueError):
     """A model or server option that kunlun-triton cannot serve."""
@@ -37,8 +39,6 @@ def model_name(model_path, config: dict) -> str:
 
 
 def _speculative(args, config):
-    from .speculative import algorithm_name, serves
-
     algo = algorithm_name(getattr(args, "speculative_algorithm", None))
     if not algo or serves(algo):
         return None
@@ -46,8 +46,7 @@ def _speculative(args, config):
 
 
 def _ngram_without_tree_op(args, config):
-    from .ngram import worker_imports
-    from .speculative import algorithm_name
+    from ..speculative.ngram import worker_imports  # function-level: reads SGLang's modules
 
     if algorithm_name(getattr(args, "speculative_algorithm", None)) != "NGRAM" or worker_imports():
         return None

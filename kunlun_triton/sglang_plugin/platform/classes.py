@@ -18,21 +18,26 @@ import torch
 from sglang.srt.platforms.device_mixin import DeviceMixin, PlatformEnum
 from sglang.srt.platforms.interface import SRTPlatform
 
-from . import dev_mode
-from .install import ATTENTION_BACKEND, DISPATCH_KEY, install
+from ...runtime import capabilities, current_target
+from ...runtime.capabilities import device_graphs, torch_exposes_device_graphs  # noqa: F401 (asked here by tests)
+from ..install import install
+from ..speculative.algorithms import serves, speculative_cache_locs
+from .defaults import apply_defaults
+from .mode import dev_mode, enter_dev_mode
+from .names import ATTENTION_BACKEND, DISPATCH_KEY, LOGGER, PLATFORM_NAME
 from .versions import make_capabilities, platform_compat
 
 # The hooks the installed SGLang calls under older names (empty on 0.5.23).
 _SGLangCompat = platform_compat()
 
-logger = logging.getLogger("kunlun_triton.sglang_plugin")
+logger = logging.getLogger(LOGGER)
 
 
 class KunlunDeviceMixin(DeviceMixin):
     """Kunlun cards as the vendor torch build exposes them: device ``cuda``."""
 
     _enum = PlatformEnum.OOT
-    device_name = "kunlun"
+    device_name = PLATFORM_NAME
     device_type = "cuda"
 
     def get_device(self, device_id: Optional[int] = None) -> str:
@@ -73,18 +78,16 @@ class KunlunDeviceMixin(DeviceMixin):
         return True
 
     def get_torch_distributed_backend_str(self) -> str:
-        from kunlun_triton.runtime import current_target
-
         # Kunlun's torch build registers its collective library as the
         # backend for device "cuda"; on NVIDIA/AMD that is nccl/rccl.
-        return "nccl" if current_target().name in ("kunlun", "cuda", "hip") else "gloo"
+        return capabilities().collective_backend
 
 
 class KunlunDevDeviceMixin(DeviceMixin):
     """Development mode: the host CPU stands in for the card."""
 
     _enum = PlatformEnum.OOT
-    device_name = "kunlun"
+    device_name = PLATFORM_NAME
     device_type = "cpu"
 
     def get_device(self, device_id: Optional[int] = None) -> str:
@@ -137,19 +140,23 @@ class _KunlunSRTPlatformBase(SRTPlatform):
         return DISPATCH_KEY
 
     def get_kv_pool_cls(self, *, kind):
-        from .kv_pool import KunlunMHATokenToKVPool, KunlunMLATokenToKVPool
+        # Function-level (as every backend and layer module here): SGLang asks
+        # for the platform class while it resolves the platform, before
+        # development mode may have set TRITON_INTERPRET for our kernels.
+        from ..backends.kv_pool import KunlunMHATokenToKVPool, KunlunMLATokenToKVPool
 
         return {"mha": KunlunMHATokenToKVPool, "mla": KunlunMLATokenToKVPool}.get(kind)
 
     def get_paged_allocator_cls(self):
-        from .kv_pool import paged_allocator_cls
+        from ..backends.kv_pool import paged_allocator_cls  # function-level: see get_kv_pool_cls
 
         return paged_allocator_cls()
 
     def get_communicator_class(self):
         # SGLang 0.5.23 never calls this; the collectives reach our
-        # communicator through the GroupCoordinator hooks (collectives.py).
-        from kunlun_triton.comm import TPCommunicator
+        # communicator through the GroupCoordinator hooks (layers/collectives.py).
+        # Function-level: see get_kv_pool_cls (the communicator has kernels).
+        from ...comm import TPCommunicator
 
         return TPCommunicator
 
@@ -170,60 +177,37 @@ class _KunlunSRTPlatformBase(SRTPlatform):
         # SGLANG_PLATFORM (srt/plugins: _get_excluded_dists), and ours has two
         # names (kunlun, kunlun_triton). Idempotent where it did run.
         install("plugin")
-        from .defaults import apply_defaults
-
         apply_defaults(self, server_args)
 
-    # -- speculative decoding (speculative.py, docs/speculative.md) ----------
+    # -- speculative decoding (speculative/, docs/speculative.md) ------------
 
     def supports_speculative_algorithm(self, algorithm) -> bool:
-        from .speculative import serves
-
         return serves(algorithm)
 
     def supports_speculative_draft_attention_backend(self, algorithm, backend) -> bool:
-        from .speculative import serves
-
         return serves(algorithm) and backend == ATTENTION_BACKEND
 
     def get_default_speculative_draft_attention_backend(self, algorithm) -> str:
         return ATTENTION_BACKEND
 
     def get_speculative_cache_locs_fn(self):
-        from .speculative import speculative_cache_locs
-
         return speculative_cache_locs
 
     def get_speculative_graph_runner_cls(self, algorithm, phase):
         return None  # the draft phases run eagerly (no draft graph metadata in our backend)
 
     def post_load_model(self, model) -> None:
-        from kunlun_triton.runtime import current_target
-
-        from .moe import check_model
+        from ..layers.moe import check_model  # function-level: see get_kv_pool_cls
 
         check_model(model)  # quantized or expert-parallel MoE cannot run here: say so now
         logger.info("kunlun-triton: model loaded; kernels run on target %s", current_target())
 
 
-def torch_exposes_device_graphs() -> bool:
-    """The torch build has real device graphs: ``torch.cuda.CUDAGraph``, the
-    capture-state query SGLang's runner uses, and a compiled ``_CUDAGraph``
-    (a build without them has torch's dummy class from ``torch._utils``).
-    Touches no device: a CUDA context made here would poison SGLang's fork."""
-    cuda = getattr(torch, "cuda", None)
-    if not all(hasattr(cuda, name) for name in ("CUDAGraph", "graph", "is_current_stream_capturing")):
-        return False
-    compiled = getattr(torch._C, "_CUDAGraph", None)
-    return compiled is not None and getattr(compiled, "__module__", "") != "torch._utils"
-
-
 def device_graphs_available(target_name: str) -> bool:
-    """Decode graph capture on this target: CUDA and HIP always; Kunlun when
-    its vendor torch exposes device graphs, else off, said once."""
-    if target_name in ("cuda", "hip"):
-        return True
-    if target_name == "kunlun" and torch_exposes_device_graphs():
+    """Decode graph capture on this target (its capability profile: CUDA and
+    HIP always; Kunlun when its vendor torch exposes device graphs), else
+    off, said once."""
+    if device_graphs(target_name):
         return True
     logger.info("kunlun-triton: no device graphs on target %s; decode runs eagerly (--disable-cuda-graph)", target_name)
     return False
@@ -234,8 +218,6 @@ class KunlunPlatform(KunlunDeviceMixin, _SGLangCompat, _KunlunSRTPlatformBase):
 
     def __init__(self) -> None:
         super().__init__()
-        from kunlun_triton.runtime import current_target
-
         graphs = device_graphs_available(current_target().name)
         self.capabilities = make_capabilities(supports_triton=True, graph_capture=graphs)
 
@@ -260,6 +242,4 @@ class KunlunDevPlatform(KunlunDevDeviceMixin, _SGLangCompat, _KunlunSRTPlatformB
         super().__init__()
         if not dev_mode():
             # Selected directly by class name: make the mode consistent.
-            from . import _enter_dev_mode
-
-            _enter_dev_mode()
+            enter_dev_mode()
