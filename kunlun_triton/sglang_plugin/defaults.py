@@ -75,8 +75,9 @@ def apply_defaults(platform, server_args) -> None:
         server_args.attention_backend = ATTENTION_BACKEND
     if _user_left_unset(server_args, "sampling_backend", ("pytorch",)):
         server_args.sampling_backend = SAMPLING_BACKEND
-    from .support import check_support
+    from .support import check_support, check_tensor_parallel_heads
 
+    check_tensor_parallel_heads(server_args)
     check_support(server_args, ours=server_args.attention_backend == ATTENTION_BACKEND)
     from .speculative import apply_speculative_defaults
 
@@ -94,5 +95,8 @@ def apply_defaults(platform, server_args) -> None:
     if platform.device_type == "cpu":
         # Development mode: no custom all-reduce kernels on the host.
         server_args.disable_custom_all_reduce = True
+        from .dev_mode_defaults import apply_dev_mode_defaults
+
+        apply_dev_mode_defaults(server_args, _user_left_unset)
 
     apply_dtype_policy(server_args)
