@@ -97,6 +97,6 @@ def apply_defaults(platform, server_args) -> None:
         server_args.disable_custom_all_reduce = True
         from .dev_mode_defaults import apply_dev_mode_defaults
 
-        apply_dev_mode_defaults(server_args, _user_left_unset)
+        apply_dev_mode_defaults(server_args)
 
     apply_dtype_policy(server_args)

@@ -15,7 +15,7 @@ node per rank; the interpreter on a small CPU is neither:
   when the machine has fewer nodes than ranks, so `serve`, the main job and
   `regress` start at ``--tp-size 2`` on a one-node machine.
 
-Only what the user left unset changes.
+Only what the user left at SGLang's default changes.
 """
 
 from __future__ import annotations
@@ -30,8 +30,10 @@ DEV_MODE_WATCHDOG_S = 86400.0  # a forward that makes no progress for a day is s
 THREADS_BIND = "SGLANG_CPU_OMP_THREADS_BIND"
 
 
-def raise_watchdog(server_args, user_left_unset) -> None:
-    if not user_left_unset(server_args, "watchdog_timeout", (SGLANG_WATCHDOG_DEFAULT_S,)):
+def raise_watchdog(server_args) -> None:
+    # SGLang's raw-input snapshot holds every field's default, so SGLang's own
+    # default is what "left unset" looks like here (an explicit 300 reads the same).
+    if getattr(server_args, "watchdog_timeout", None) not in (None, SGLANG_WATCHDOG_DEFAULT_S):
         return
     server_args.watchdog_timeout = DEV_MODE_WATCHDOG_S
     logger.warning(
@@ -82,6 +84,6 @@ def numa_node_count() -> int:
         return 1
 
 
-def apply_dev_mode_defaults(server_args, user_left_unset) -> None:
-    raise_watchdog(server_args, user_left_unset)
+def apply_dev_mode_defaults(server_args) -> None:
+    raise_watchdog(server_args)
     bind_rank_threads(server_args, numa_node_count())

@@ -38,11 +38,22 @@ def _apply(args):
     return args
 
 
-def test_the_watchdog_outlasts_a_slow_interpreted_forward(tmp_path):
+def _resolved(model_path, **kwargs):
+    """SGLang's own resolution of a real ``ServerArgs`` (what an Engine runs)."""
+    from sglang.srt.arg_groups.overrides import resolution_result
+    from sglang.srt.arg_groups.pipeline import run_resolution_pipeline
+    from sglang.srt.server_args import ServerArgs
+
+    args = ServerArgs(model_path=model_path, **kwargs)
+    run_resolution_pipeline(args)
+    return lambda field: resolution_result(args, field)
+
+
+def test_the_watchdog_outlasts_a_slow_interpreted_forward(tiny_llama):
     from kunlun_triton.sglang_plugin.dev_mode_defaults import DEV_MODE_WATCHDOG_S
 
-    assert _apply(_args(tmp_path)).watchdog_timeout == DEV_MODE_WATCHDOG_S >= 3600
-    assert _apply(_args(tmp_path, watchdog_timeout=42.0)).watchdog_timeout == 42.0  # the user's choice stays
+    assert _resolved(tiny_llama)("watchdog_timeout") == DEV_MODE_WATCHDOG_S >= 3600
+    assert _resolved(tiny_llama, watchdog_timeout=42.0)("watchdog_timeout") == 42.0  # the user's choice stays
 
 
 @pytest.mark.parametrize("tp_size,pp_size", [(2, 1), (2, 2), (4, 1)])
