@@ -82,6 +82,8 @@ def main(argv=None) -> int:
     parser.add_argument("--tp-size", type=int, default=1)
     parser.add_argument("--prompt", action="append", help="a prompt (repeatable)")
     parser.add_argument("--no-chat", action="store_true", help="send prompts as they are, without the chat template")
+    parser.add_argument("--report-json", action="store_true",
+                        help="print the dispatch report as JSON (default: a table per scheduler)")
     args = parser.parse_args(argv)
 
     os.environ.setdefault("SGLANG_PLATFORM", "kunlun")
@@ -129,8 +131,15 @@ def main(argv=None) -> int:
         report = engine_dispatch_report(engine)
     finally:
         engine.shutdown()
-    print("\ndispatch report (scheduler process):")
-    print(json.dumps(report, indent=2, sort_keys=True, default=str))
+    if args.report_json:
+        print("\ndispatch report (scheduler processes):")
+        print(json.dumps(report, indent=2, sort_keys=True, default=str))
+    else:
+        from kunlun_triton.sglang_plugin.tools.serve import format_report
+
+        print()
+        for rank in sorted(report):
+            print(format_report(report[rank]))
     others = sorted(op for rank in report.values() for op, rec in rank["ops"].items()
                     if set(rec.get("calls", {})) != {"triton"})
     print(f"\nevery op on Triton: {'yes' if not others else 'no: ' + ', '.join(others)}")

@@ -131,3 +131,20 @@ def test_cli_refuses_a_bad_command_line_before_any_engine(tiny_llama, capsys):
     with pytest.raises(SystemExit) as exc:
         cli.main(["bench", "speculative", "--draft-layers", "1"])
     assert exc.value.code == 2 and "--model-path" in capsys.readouterr().err
+
+
+def test_the_dispatch_report_is_a_short_table():
+    """The main job's and `serve`'s default: one row per op with its
+    implementation and calls; why only for an op that left Triton."""
+    from kunlun_triton.sglang_plugin.tools.serve import format_report
+
+    text = format_report({"tp_rank": 1, "pid": 7, "target": "interpreter", "ops": {
+        "store_kv": {"impl": "triton", "reason": "interpreter", "calls": {"triton": 60}},
+        "decode_attention": {"impl": "torch", "reason": "forced by KUNLUN_TRITON_BACKEND", "calls": {"torch": 2,
+                                                                                                   "triton": 28}},
+    }})  # fmt: skip
+    rows = [line.split() for line in text.splitlines()[1:]]
+    assert rows[0] == ["op", "implementation", "calls"]
+    assert rows[1][:2] == ["decode_attention", "torch"] and "(forced" in text
+    assert rows[2] == ["store_kv", "triton", "triton", "60"]
+    assert text.splitlines()[0].startswith("kunlun-triton: scheduler dispatch report (tp rank 1")

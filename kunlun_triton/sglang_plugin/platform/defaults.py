@@ -20,7 +20,8 @@ from ...runtime import current_target, run_dtype
 from ..layers.moe import check_server_args
 from ..speculative.algorithms import apply_speculative_defaults
 from .names import ATTENTION_BACKEND, LOGGER, SAMPLING_BACKEND
-from .support import check_support
+from .dev_mode_defaults import apply_dev_mode_defaults
+from .support import check_support, check_tensor_parallel_heads
 
 logger = logging.getLogger(LOGGER)
 
@@ -76,6 +77,7 @@ def apply_defaults(platform, server_args) -> None:
         server_args.attention_backend = ATTENTION_BACKEND
     if _user_left_unset(server_args, "sampling_backend", ("pytorch",)):
         server_args.sampling_backend = SAMPLING_BACKEND
+    check_tensor_parallel_heads(server_args)
     check_support(server_args, ours=server_args.attention_backend == ATTENTION_BACKEND)
     apply_speculative_defaults(server_args)
 
@@ -91,5 +93,6 @@ def apply_defaults(platform, server_args) -> None:
     if platform.device_type == "cpu":
         # Development mode: no custom all-reduce kernels on the host.
         server_args.disable_custom_all_reduce = True
+        apply_dev_mode_defaults(server_args)
 
     apply_dtype_policy(server_args)

@@ -105,6 +105,38 @@ UNSUPPORTED = (
 )  # fmt: skip
 
 
+def _text_config(config: dict) -> dict:
+    return config.get("text_config") or config
+
+
+def check_tensor_parallel_heads(server_args) -> None:
+    """Refuse at start-up a model whose attention heads cannot be split over
+    ``--tp-size`` (SGLang's weight loader would fail mid-load with a slice
+    error). SGLang's rule: the query heads divide by the TP size; the KV heads
+    divide by it, or, when fewer, divide it (each KV head is replicated).
+    MLA models keep one latent KV head: only their query heads count."""
+    tp = int(getattr(server_args, "tp_size", 1) or 1)
+    if tp <= 1:
+        return
+    config = model_config(getattr(server_args, "model_path", None))
+    text = _text_config(config)
+    q = text.get("num_attention_heads")
+    if not isinstance(q, int) or q <= 0:
+        return
+    kv = text.get("num_key_value_heads") or q
+    problems = []
+    if q % tp:
+        problems.append(f"the {q} query heads do not divide by {tp}")
+    if not text.get("kv_lora_rank") and (kv % tp if kv >= tp else tp % kv):
+        problems.append(f"the {kv} KV heads neither divide by {tp} nor divide it")
+    if problems:
+        raise UnsupportedFeature(
+            f"kunlun-triton: {model_name(server_args.model_path, config)} has {q} query heads and {kv} KV heads, "
+            f"which --tp-size {tp} cannot split ({'; '.join(problems)}): use a --tp-size that divides the query "
+            "heads and divides, or is a multiple of, the KV heads."
+        )
+
+
 def check_support(server_args, ours: bool) -> None:
     """Raise `UnsupportedFeature` for the first feature kunlun-triton's backend
     (in use when `ours`) cannot serve."""

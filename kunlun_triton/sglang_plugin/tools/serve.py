@@ -99,12 +99,17 @@ def plan(server_args) -> str:
 
 
 def format_report(rep: dict) -> str:
-    """One line per op of a scheduler's report: impl, calls per impl."""
+    """A scheduler's report as a short table: op, implementation, calls per
+    implementation (and why, for an op that did not run on Triton)."""
     lines = [f"kunlun-triton: scheduler dispatch report (tp rank {rep.get('tp_rank', 0)}, "
              f"pid {rep.get('pid')}, target {rep.get('target')}):"]  # fmt: skip
-    for op, e in sorted((rep.get("ops") or {}).items()):
-        calls = ", ".join(f"{k}={v}" for k, v in sorted(e.get("calls", {}).items()))
-        lines.append(f"    {op:20s} {e.get('impl')}  [{calls}]  {e.get('reason', '')}")
+    ops = sorted((rep.get("ops") or {}).items())
+    width = max([len("op")] + [len(op) for op, _ in ops])
+    lines.append(f"    {'op':{width}s}  {'implementation':14s}  calls")
+    for op, e in ops:
+        calls = ", ".join(f"{k} {v}" for k, v in sorted(e.get("calls", {}).items()))
+        why = f"  ({e.get('reason')})" if e.get("impl") != "triton" and e.get("reason") else ""
+        lines.append(f"    {op:{width}s}  {str(e.get('impl')):14s}  {calls}{why}")
     for phase, e in sorted((rep.get("speculative") or {}).items()):  # speculative.py: what each phase ran
         ops = ", ".join(f"{k}={v}" for k, v in sorted(e.get("ops", {}).items()))
         lines.append(f"    speculative {phase}: {e.get('forwards')} forwards, {e.get('requests')} rows  [{ops}]")
