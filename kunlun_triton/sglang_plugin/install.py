@@ -224,6 +224,13 @@ def _hook_spec_tree() -> None:
     _hook(TREE_VERIFY_HOOK, verify_tree_greedy_triton, "AROUND")
 
 
+def _bind_sampled_verify() -> None:
+    # Function-level: it imports the op families (see `served_ops`).
+    from .speculative.sampled_verify import bind_sampled_verify
+
+    bind_sampled_verify()
+
+
 def _hook_ngram_tree() -> None:
     from .speculative.ngram import RECONSTRUCT_HOOK, import_reconstruct_tree, reconstruct_tree_triton
 
@@ -296,6 +303,12 @@ TOUCHPOINTS = (
                "spec_tree.build_tree_kernel_efficient_func, spec_tree.verify_tree_greedy_func (AROUND)",
                "SGLang's portable Triton tree builder and greedy tree walk (its XPU path; in-tree refuses "
                "out-of-tree platforms)", "platform", _hook_spec_tree),
+    Touchpoint("sampled speculative verify", "binding",
+               "eagle_utils.tree_speculative_sampling_target_only / top_k_renorm_prob / top_p_renorm_prob (None "
+               "off CUDA: rebound, not hooked)",
+               "a sampled request's tree verify (EAGLE, STANDALONE, NGRAM through eagle_sample): rejection "
+               "sampling over the draft tree after the top-k / top-p renormalisation", "platform",
+               _bind_sampled_verify),
     Touchpoint("NGRAM tree bookkeeping", "hook",
                "reconstruct_tree.reconstruct_indices_from_tree_mask_func (AROUND; the module imported with an "
                "import-time stand-in for sgl_kernel.speculative where sgl_kernel cannot load)",
