@@ -14,6 +14,11 @@ over all keys is the lse-weighted mean of the splits,
 
     o = sum_s e^(lse_s - M) o_s / sum_s e^(lse_s - M),   M = max_s lse_s.
 
+With attention sinks (HAS_SINKS, gpt-oss: one logit per query head) the
+merge adds the head's sink to that denominator once, after the splits
+(`tiles.fold_sink`), never per split: stage 1 is the same kernel with or
+without sinks.
+
 Split counts are decided on the device, per request, from its length and
 two run-time integers (never constexprs, so neither batch size nor context
 length ever recompiles a kernel, and a CUDA graph can replay any lengths):
@@ -27,7 +32,7 @@ import triton.language as tl
 
 from ..loads import masked_load
 from .fp8 import fp8_unit, kv_values, pool_scores_scale
-from .tiles import finish_rows, load_tile, online_softmax_update, scale_and_cap, scores
+from .tiles import finish_rows, fold_sink, load_tile, online_softmax_update, scale_and_cap, scores
 
 
 @triton.jit
@@ -198,6 +203,7 @@ def decode_merge_kernel(
     part_lse_ptr,
     o_ptr,
     kv_indptr_ptr,
+    sinks_ptr,  # [num_q_heads] (read only with HAS_SINKS)
     split_tokens,
     max_splits,
     num_q_heads,
@@ -211,6 +217,7 @@ def decode_merge_kernel(
     BLOCK_N: tl.constexpr,
     WINDOW: tl.constexpr,
     LOAD_IGNORES_OTHER: tl.constexpr,
+    HAS_SINKS: tl.constexpr,
     USE_PDL: tl.constexpr,
 ):
     if USE_PDL:  # launched dependent on stage 1 (sm_90): its partials are complete past this
@@ -241,6 +248,9 @@ def decode_merge_kernel(
         acc = acc * scale[:, None] + w[:, None] * part
         den = den * scale + w
         m_i = m_new
+    if HAS_SINKS:  # once per head, after every split
+        sink = masked_load(sinks_ptr + heads, head_mask, 0.0, LOAD_IGNORES_OTHER).to(tl.float32)
+        den, acc = fold_sink(m_i, den, acc, sink)
     out = finish_rows(acc, den)
     tl.store(o_ptr + b * o_stride_b + heads[:, None] * o_stride_h + offs_dv[None, :],
              out.to(o_ptr.dtype.element_ty), mask=part_mask)  # fmt: skip

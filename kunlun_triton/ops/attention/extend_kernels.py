@@ -40,6 +40,10 @@ them each one sees; the new tokens' stream then runs every tile masked,
 reading one mask byte per (row, key), on a row tile of its own
 (VERIFY_BLOCK_M: a few draft tokens over a long prefix; docs/speculative.md).
 
+Attention sinks (HAS_SINKS, gpt-oss: one logit per query head) join each
+row's softmax once, after both streams (`tiles.fold_sink`): the loops are
+the same with or without them.
+
 MLA (V the latent part of K's rows, in the pool and in the new tokens each:
 `extend_inputs.latent_flags`): the stream takes V from the K tile it loaded
 (V_IN_K / NEW_V_IN_K), the latent read once per tile (docs/decode-occupancy.md).
@@ -52,6 +56,7 @@ from ..loads import masked_load
 from .fp8 import fp8_unit, kv_values, pool_scores_scale
 from .tiles import (
     finish_rows,
+    fold_sink,
     load_tile,
     online_softmax_update,
     scale_and_cap,
@@ -260,6 +265,7 @@ def extend_kernel(
     kv_indices_ptr,
     mask_ptr,
     mask_indptr_ptr,
+    sinks_ptr,  # [q_heads] (read only with HAS_SINKS)
     sm_scale,
     q_stride_t,
     q_stride_h,
@@ -296,6 +302,7 @@ def extend_kernel(
     CUSTOM_MASK: tl.constexpr,
     V_IN_K: tl.constexpr,
     NEW_V_IN_K: tl.constexpr,
+    HAS_SINKS: tl.constexpr,
 ):
     b = tl.program_id(0)
     head = tl.program_id(1)
@@ -369,6 +376,8 @@ def extend_kernel(
                 USE_DOT, DOT_FP32, INDEX_I64, LOAD_IGNORES_OTHER, UNIFIED, True, k_scale, v_scale, KV_FORMAT, FP8_RUNTIME_UNIT, FP8_NAN_ARITH,
                 mask_base, mask_stride, CUSTOM_MASK, V_IN_K, NEW_V_IN_K)  # fmt: skip
 
+    if HAS_SINKS:  # the head's sink, once per row, after every key
+        l_i, acc = fold_sink(m_i, l_i, acc, tl.load(sinks_ptr + head).to(tl.float32))
     out = finish_rows(acc, l_i)
     tl.store(o_ptr + rows[:, None] * o_stride_t + head * o_stride_h + offs_dv[None, :], out.to(o_ptr.dtype.element_ty),
              mask=m_mask[:, None] & dv_mask[None, :])  # fmt: skip

@@ -177,6 +177,18 @@ def check_formulation(op: str, formulation) -> None:
         require_choice(op, "formulation", formulation, FORMULATIONS)
 
 
+def check_sinks(op: str, sinks, q_heads: int, device) -> None:
+    """Attention sinks as SGLang's Triton backend passes them: one logit per
+    query head, a 1-D float tensor (gpt-oss keeps them bf16 for that backend,
+    fp32 for others) of q_heads entries on the query's device."""
+    if sinks is None:
+        return
+    require_tensor(op, "sinks", sinks, ndim=1)  # a float dtype, contiguous
+    require_same(op, "sinks' length and the query heads", sinks=sinks.shape[0], q_heads=q_heads)
+    if sinks.device != device:
+        raise ValueError(f"{op}: sinks are on {sinks.device} but the query is on {device}")
+
+
 def window_constexpr(op: str, sliding_window) -> int:
     """SGLang's sliding_window_size (window_left): None, 0 or -1 disables."""
     if sliding_window is None:
