@@ -151,6 +151,7 @@ def decode_partial_kernel(
     KV_FORMAT: tl.constexpr,
     FP8_RUNTIME_UNIT: tl.constexpr, FP8_NAN_ARITH: tl.constexpr,
     V_IN_K: tl.constexpr,
+    PREFETCH_SLOTS: tl.constexpr,
     USE_PDL: tl.constexpr,
 ):
     b = tl.program_id(0)
@@ -187,14 +188,19 @@ def decode_partial_kernel(
     k_head_ptr = k_buffer_ptr + kv_head * kb_stride_h
     v_head_ptr = v_buffer_ptr + kv_head * vb_stride_h
     full_hi = lo + (hi - lo) // BLOCK_N * BLOCK_N
-    # Whole tiles, no key masks. Each tile's slot ids are loaded one tile
-    # ahead (the next tile's, clamped to the last whole tile: in bounds, no
-    # mask), so the K/V loads Triton pipelines never wait on an index load
-    # issued in the same iteration.
+    # Whole tiles, no key masks. With PREFETCH_SLOTS each tile's slot ids are
+    # loaded one tile ahead (the next tile's, clamped to the last whole tile:
+    # in bounds, no mask), so the K/V loads Triton pipelines never wait on an
+    # index load issued in the same iteration (the ids then live across an
+    # iteration: registers, see autotune_configs/default.yaml).
     slot = tile_slots(kv_row_ptr, lo, full_hi, BLOCK_N, True, LOAD_IGNORES_OTHER)
     for n0 in range(lo, full_hi, BLOCK_N):
-        slot_next = tile_slots(kv_row_ptr, tl.minimum(n0 + BLOCK_N, full_hi - BLOCK_N), full_hi, BLOCK_N, False,
-                               LOAD_IGNORES_OTHER)  # fmt: skip
+        if PREFETCH_SLOTS:
+            slot_next = tile_slots(kv_row_ptr, tl.minimum(n0 + BLOCK_N, full_hi - BLOCK_N), full_hi, BLOCK_N, False,
+                                   LOAD_IGNORES_OTHER)  # fmt: skip
+        else:
+            slot = tile_slots(kv_row_ptr, n0, full_hi, BLOCK_N, False, LOAD_IGNORES_OTHER)
+            slot_next = slot
         m_i, l_i, acc = decode_tile(q, q_pe, m_i, l_i, acc, slot, k_head_ptr, v_head_ptr, n0, hi, sm_scale,
                                     kb_stride_s, vb_stride_s, offs_d, offs_dpe, offs_dv, d_mask, dpe_mask, dv_mask,
                                     BLOCK_N, False, BLOCK_D > HEAD_DIM, BLOCK_D + BLOCK_DPE > HEAD_DIM,
