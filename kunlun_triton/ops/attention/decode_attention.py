@@ -83,7 +83,8 @@ def _launch_plan(config, dtype, head_dim, v_dim, group, formulation, logit_cap, 
         HEAD_BLOCKS=head_blocks, BLOCK_D=plan.block_d, BLOCK_DPE=plan.block_dpe, BLOCK_DV=plan.block_dv,
         BLOCK_N=plan.block_n, LOGIT_CAP=logit_cap, WINDOW=window, USE_DOT=plan.use_dot, DOT_FP32=plan.dot_fp32,
         POOL_I64=pool_i64, LOAD_IGNORES_OTHER=plan.load_ignores_other,
-        **read_constexprs(fmt, plan.fp8_runtime_unit), V_IN_K=v_in_k, PREFETCH_SLOTS=plan.prefetch_slots,
+        **read_constexprs(fmt, plan.fp8_runtime_unit), V_IN_K=v_in_k, K_KEY_MAJOR=plan.k_key_major,
+        PREFETCH_SLOTS=plan.prefetch_slots,
         USE_PDL=pdl)  # fmt: skip
     merge = constexpr_args(
         decode_merge_kernel, GROUP=group, V_DIM=v_dim, BLOCK_H=plan.merge_block_h, HEAD_BLOCKS=merge_head_blocks,

@@ -65,19 +65,20 @@ def decode_tile(q, q_pe, m_i, l_i, acc, slot, k_head_ptr, v_head_ptr, n0, hi, sm
                 MASK_N: tl.constexpr, MASK_D: tl.constexpr, MASK_DPE: tl.constexpr, MASK_DV: tl.constexpr,
                 BLOCK_DPE: tl.constexpr, LOGIT_CAP: tl.constexpr, USE_DOT: tl.constexpr, DOT_FP32: tl.constexpr,
                 POOL_I64: tl.constexpr, LOAD_IGNORES_OTHER: tl.constexpr, k_scale, v_scale,
-                KV_FORMAT: tl.constexpr, FP8_RUNTIME_UNIT: tl.constexpr, FP8_NAN_ARITH: tl.constexpr, V_IN_K: tl.constexpr):  # fmt: skip
+                KV_FORMAT: tl.constexpr, FP8_RUNTIME_UNIT: tl.constexpr, FP8_NAN_ARITH: tl.constexpr, V_IN_K: tl.constexpr,
+                K_KEY_MAJOR: tl.constexpr):  # fmt: skip
     """Fold keys n0 .. n0 + BLOCK_N (those below `hi` when MASK_N), at pool
     slots `slot` [BLOCK_N] (`tile_slots`), into the running softmax of the
     group's heads. A split head dim (BLOCK_DPE > 0)
     scores as q[:BLOCK_D].k[:BLOCK_D] + q_pe.k[BLOCK_D:] (MLA: latent + rope).
     V_IN_K (MLA: V is the first BLOCK_D = V_DIM values of each K row) takes
     V as the transposed K tile already loaded: the latent is read once per
-    tile, as SGLang's HAS_MLA path does. Otherwise K is loaded as V is, one
-    key per row ([N, D], scored through its transpose, a view of the tile in
-    shared memory): both loads then address rows by the same slot vector in
-    the same layout, so its ids are loaded once per tile, not once per
-    layout (sm_90, 32-key tile: 8 index loads of 4 addresses before, 4
-    after). An fp8 pool's bytes (KV_FORMAT > 0)
+    tile, as SGLang's HAS_MLA path does. Otherwise, with K_KEY_MAJOR, K is
+    loaded as V is, one key per row ([N, D], scored through its transpose,
+    a view of the tile in shared memory): both loads then address rows by
+    the same slot vector in the same layout, so its ids are loaded once per
+    tile, not once per layout (sm_90, 32-key tile: 8 index loads of 4
+    addresses without, 4 with). An fp8 pool's bytes (KV_FORMAT > 0)
     are decoded after the load, unscaled (`fp8.kv_values`): k_scale
     multiplies the scores, v_scale the program's output (its keys are all
     the pool's); KV_FORMAT 0 adds no code."""
@@ -86,7 +87,7 @@ def decode_tile(q, q_pe, m_i, l_i, acc, slot, k_head_ptr, v_head_ptr, n0, hi, sm
     k_unit, v_unit = fp8_unit(k_scale, KV_FORMAT, FP8_RUNTIME_UNIT), fp8_unit(v_scale, KV_FORMAT, FP8_RUNTIME_UNIT)
     if POOL_I64:
         slot = slot.to(tl.int64)
-    if V_IN_K or BLOCK_DPE > 0:  # MLA's tiles, as they were measured (docs/decode-occupancy.md)
+    if V_IN_K or BLOCK_DPE > 0 or not K_KEY_MAJOR:  # (MLA's tiles as measured: docs/decode-occupancy.md)
         k_raw = load_tile(k_head_ptr + offs_d[:, None] + slot[None, :] * kb_stride_s, d_mask, n_mask, MASK_D, MASK_N,
                           LOAD_IGNORES_OTHER)  # fmt: skip
         k_t = kv_values(k_raw, k_unit, q, KV_FORMAT, FP8_NAN_ARITH, USE_DOT, DOT_FP32)
@@ -151,6 +152,7 @@ def decode_partial_kernel(
     KV_FORMAT: tl.constexpr,
     FP8_RUNTIME_UNIT: tl.constexpr, FP8_NAN_ARITH: tl.constexpr,
     V_IN_K: tl.constexpr,
+    K_KEY_MAJOR: tl.constexpr,
     PREFETCH_SLOTS: tl.constexpr,
     USE_PDL: tl.constexpr,
 ):
@@ -205,7 +207,8 @@ def decode_partial_kernel(
                                     kb_stride_s, vb_stride_s, offs_d, offs_dpe, offs_dv, d_mask, dpe_mask, dv_mask,
                                     BLOCK_N, False, BLOCK_D > HEAD_DIM, BLOCK_D + BLOCK_DPE > HEAD_DIM,
                                     BLOCK_DV != V_DIM, BLOCK_DPE, LOGIT_CAP, USE_DOT, DOT_FP32, POOL_I64,
-                                    LOAD_IGNORES_OTHER, k_scale, v_scale, KV_FORMAT, FP8_RUNTIME_UNIT, FP8_NAN_ARITH, V_IN_K)  # fmt: skip
+                                    LOAD_IGNORES_OTHER, k_scale, v_scale, KV_FORMAT, FP8_RUNTIME_UNIT, FP8_NAN_ARITH, V_IN_K,
+                                    K_KEY_MAJOR)  # fmt: skip
         slot = slot_next
     # The ragged last tile, as a loop of at most one trip: Triton pipelines a
     # loop's loads into shared memory, where a straight-line tile after the
@@ -216,7 +219,8 @@ def decode_partial_kernel(
                                     kb_stride_s, vb_stride_s, offs_d, offs_dpe, offs_dv, d_mask, dpe_mask, dv_mask,
                                     BLOCK_N, True, BLOCK_D > HEAD_DIM, BLOCK_D + BLOCK_DPE > HEAD_DIM,
                                     BLOCK_DV != V_DIM, BLOCK_DPE, LOGIT_CAP, USE_DOT, DOT_FP32, POOL_I64,
-                                    LOAD_IGNORES_OTHER, k_scale, v_scale, KV_FORMAT, FP8_RUNTIME_UNIT, FP8_NAN_ARITH, V_IN_K)  # fmt: skip
+                                    LOAD_IGNORES_OTHER, k_scale, v_scale, KV_FORMAT, FP8_RUNTIME_UNIT, FP8_NAN_ARITH, V_IN_K,
+                                    K_KEY_MAJOR)  # fmt: skip
 
     if KV_FORMAT > 0:  # the fp8 tiles were decoded unscaled (`decode_tile`)
         acc = acc * v_scale

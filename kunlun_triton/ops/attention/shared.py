@@ -110,7 +110,9 @@ class AttentionPlan:
     # an fp8 pool's tiles decoded times a run-time unit, not a constant
     # (``FP8_RUNTIME_UNIT`` in the op's config; `fp8.fp8_unit`)
     fp8_runtime_unit: bool
-    # decode: whole tiles' slot ids loaded one tile ahead (``PREFETCH_SLOTS``)
+    # decode: K loaded [keys, head dim] as V is (``K_KEY_MAJOR``); whole tiles'
+    # slot ids loaded one tile ahead (``PREFETCH_SLOTS``)
+    k_key_major: bool
     prefetch_slots: bool
     launch: dict
 
@@ -154,6 +156,7 @@ def attention_plan(op: str, config: dict, dtype, head_dim: int, v_dim: int, grou
         batch_rows=max(int(config["BATCH_ROWS"]), 0) if decode else 0,
         load_ignores_other=capabilities().load_ignores_other,
         fp8_runtime_unit=bool(config.get("FP8_RUNTIME_UNIT", 0)),
+        k_key_major=bool(config.get("K_KEY_MAJOR", 0)) if decode else False,
         prefetch_slots=bool(config.get("PREFETCH_SLOTS", 0)) if decode else False,
         launch=run_keywords(launch_options(config)),
     )
