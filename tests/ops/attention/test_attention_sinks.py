@@ -153,3 +153,19 @@ def test_sinks_are_checked_by_name():
         with pytest.raises((ValueError, TypeError), match=f"extend_attention: .*{error}"):
             extend_attention(*e.args(), sinks=bad)
     assert bool((args[3] == 7.0).all())  # nothing written by a refused call
+
+
+@pytest.mark.parametrize("key_major, prefetch", [(0, 0), (1, 0), (0, 1), (1, 1)])
+def test_decode_slot_plans_match_reference(key_major, prefetch):
+    """Stage 1's slot-id plans (K_KEY_MAJOR: K loaded as V is; PREFETCH_SLOTS:
+    a whole tile's ids loaded one tile ahead, clamped to the last whole tile)
+    on the split kernel: requests of several whole tiles and a ragged end,
+    none, and fewer keys than a tile; with sinks and a window."""
+    b = decode_batch([100, 0, 7, 64], q_heads=4, kv_heads=2, head_dim=32, dtype=torch.float32, page_size=16, seed=4,
+                     device=DEVICE)  # fmt: skip
+    sinks = torch.tensor([0.0, 2.0, -1e4, 5.0], device=DEVICE)
+    config = {"BLOCK_N": 16, "MAX_KV_SPLITS": 3, "MIN_SPLIT_TOKENS": 16, "K_KEY_MAJOR": key_major,
+              "PREFETCH_SLOTS": prefetch, "BATCH_ROWS": 0, "DIRECT_SINGLE_SPLIT": 0}  # fmt: skip
+    for window in (None, 40):
+        out = decode_attention(*b.args(), sliding_window=window, sinks=sinks, config=config)
+        assert_close(out, reference.decode_attention(*b.args(), sliding_window=window, sinks=sinks))
