@@ -78,9 +78,10 @@ def resolve_preset(name: str):
     raise ValueError(f"unknown preset {name!r}; known: {', '.join(sorted(MODEL_PRESETS))}")
 
 
-def op_shape(spec, preset, batch=None, context=None, overrides=None) -> dict:
+def op_shape(spec, preset, batch=None, context=None, overrides=None, variant=None) -> dict:
     """The op's first bench shape for `preset`, with --batch, --context and
-    --shape applied (--batch sets batch, else rows, else tokens)."""
+    --shape applied (--batch sets batch, else rows, else tokens); `variant`
+    ({key: value}) picks one of a key's several --shape values."""
     base = spec.bench_shapes(preset, False)[0]
     shape = dict(base)
     for key in BATCH_KEYS:
@@ -93,9 +94,22 @@ def op_shape(spec, preset, batch=None, context=None, overrides=None) -> dict:
             break
     overrides = {k: v for k, v in (overrides or {}).items() if k in base}  # keys of other ops listed
     for key, values in overrides.items():
-        shape[key] = values[0]
+        shape[key] = (variant or {}).get(key, values[0])
     check_shape(spec.name, base, shape, overrides)
     return shape
+
+
+def op_variants(spec, preset, batch=None, context=None, overrides=None) -> list[tuple[str, dict]]:
+    """(label, shape) per value of the first --shape key of the op's shape
+    given several values (``--shape sinks=0,1``: the op with and without,
+    compiled in one run); else the op's one shape, labelled by its name."""
+    base = spec.bench_shapes(preset, False)[0]
+    several = [(k, v) for k, v in (overrides or {}).items() if k in base and len(v) > 1]
+    if not several:
+        return [(spec.name, op_shape(spec, preset, batch, context, overrides))]
+    key, values = several[0]
+    return [(f"{spec.name}[{key}={value}]", op_shape(spec, preset, batch, context, overrides, {key: value}))
+            for value in values]  # fmt: skip
 
 
 def _main_loop(cost: dict):
@@ -168,22 +182,23 @@ def inspect_ops(names, target: Target, preset, dtype, batch=None, context=None, 
 
     report = {"target": f"{target.name}:{target.arch}", "compiled_for": aot_target(target), "preset": preset.name,
               "dtype": dtype_name(dtype), "ops": {}, "kernels": []}  # fmt: skip
-    jobs = []
+    jobs, entries = [], []
     with targeting(target):
         for name in names:
-            shape = op_shape(specs[name], preset, batch, context, overrides)
-            report["ops"][name] = {"shape": shape}
-            jobs += [(name, "ours", k) for k in specs[name].kernels(shape, dtype, None)]
-            if name in sglang:
-                jobs += [(name, "sglang", k) for k in sglang[name](shape, dtype)]
-    results = compile_ahead_of_time([(k, aot_target(target)) for _, _, k in jobs], artifacts=True) if compile else []
-    for (name, impl, _), result in zip(jobs, results):
+            for label, shape in op_variants(specs[name], preset, batch, context, overrides):
+                entries.append((label, name))
+                report["ops"][label] = {"shape": shape}
+                jobs += [(label, name, "ours", k) for k in specs[name].kernels(shape, dtype, None)]
+                if name in sglang:
+                    jobs += [(label, name, "sglang", k) for k in sglang[name](shape, dtype)]
+    results = compile_ahead_of_time([(k, aot_target(target)) for *_, k in jobs], artifacts=True) if compile else []
+    for (label, name, impl, _), result in zip(jobs, results):
         row = _row(name, impl, result)
         report["kernels"].append(row)
-        report["ops"][name].setdefault("kernels", []).append(row)
+        report["ops"][label].setdefault("kernels", []).append(row)
 
-    for name in names:
-        extras = report["ops"][name]
+    for label, name in entries:
+        extras = report["ops"][label]
         shape = extras["shape"]
         if traffic:
             sg = _baselines("traffic_baselines") if compare else {}

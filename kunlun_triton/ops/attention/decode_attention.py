@@ -50,7 +50,8 @@ from .decode_batch import launch_batch
 from .decode_kernels import decode_merge_kernel, decode_partial_kernel
 from .decode_splits import DecodeWorkspace, _plan, check_workspace, split_policy
 from .fp8 import check_kv_scales, check_pool_dtypes, kernel_view, kv_format, read_constexprs
-from .shared import AttentionPlan, check_formulation, check_kv_pool, cdiv, latent_view, needs_int64, window_constexpr
+from .shared import (AttentionPlan, check_formulation, check_kv_pool, check_sinks, cdiv, latent_view, needs_int64,
+                     window_constexpr)  # fmt: skip
 
 OP = "decode_attention"
 
@@ -68,7 +69,7 @@ class DecodeLaunch:
 
 
 def _launch_plan(config, dtype, head_dim, v_dim, group, formulation, logit_cap, window, pool_i64,
-                 fmt=0, v_in_k=False) -> DecodeLaunch:  # fmt: skip
+                 fmt=0, v_in_k=False, has_sinks=False) -> DecodeLaunch:  # fmt: skip
     plan = _plan(config, dtype, head_dim, v_dim, group, formulation)
     # V from the loaded K tile only where that tile is exactly V's (the latent
     # head tile of a split MLA head dim, no padding): else V is loaded as usual.
@@ -82,11 +83,13 @@ def _launch_plan(config, dtype, head_dim, v_dim, group, formulation, logit_cap, 
         HEAD_BLOCKS=head_blocks, BLOCK_D=plan.block_d, BLOCK_DPE=plan.block_dpe, BLOCK_DV=plan.block_dv,
         BLOCK_N=plan.block_n, LOGIT_CAP=logit_cap, WINDOW=window, USE_DOT=plan.use_dot, DOT_FP32=plan.dot_fp32,
         POOL_I64=pool_i64, LOAD_IGNORES_OTHER=plan.load_ignores_other,
-        **read_constexprs(fmt, plan.fp8_runtime_unit), V_IN_K=v_in_k, USE_PDL=pdl)  # fmt: skip
+        **read_constexprs(fmt, plan.fp8_runtime_unit), V_IN_K=v_in_k, K_KEY_MAJOR=plan.k_key_major,
+        PREFETCH_SLOTS=plan.prefetch_slots,
+        USE_PDL=pdl)  # fmt: skip
     merge = constexpr_args(
         decode_merge_kernel, GROUP=group, V_DIM=v_dim, BLOCK_H=plan.merge_block_h, HEAD_BLOCKS=merge_head_blocks,
         BLOCK_DV=plan.merge_block_dv, BLOCK_N=plan.block_n, WINDOW=window,
-        LOAD_IGNORES_OTHER=plan.load_ignores_other, USE_PDL=pdl)  # fmt: skip
+        LOAD_IGNORES_OTHER=plan.load_ignores_other, HAS_SINKS=has_sinks, USE_PDL=pdl)  # fmt: skip
     merge_launch = {**plan.launch, "launch_pdl": True} if pdl else plan.launch
     return DecodeLaunch(plan, head_blocks, merge_head_blocks, KernelLaunch(decode_partial_kernel, partial, plan.launch),
                         KernelLaunch(decode_merge_kernel, merge, merge_launch))  # fmt: skip
@@ -132,6 +135,7 @@ def decode_attention(
     workspace: DecodeWorkspace | None = None,
     k_scale: float | None = None,
     v_scale: float | None = None,
+    sinks: torch.Tensor | None = None,
     config: dict | None = None,
 ) -> torch.Tensor:
     """Attention of one new token per request over its cached keys; writes `o`.
@@ -147,6 +151,9 @@ def decode_attention(
     zeros. Returns `o`. An fp8 pool (float8_e4m3fn / float8_e5m2, written
     by `store_kv`) is decoded inside the loop with integer operations, its
     values its bytes times `k_scale` / `v_scale` (1.0 by default).
+    `sinks` [q_heads] (float; gpt-oss's attention sinks, as SGLang's Triton
+    backend passes them): head h's softmax denominator gains e^(sinks[h]),
+    a term with no value (`reference`); the merge adds it once per head.
 
     Splits (see the module docstring): the config's policy, at most
     `num_kv_splits` per request, or fixed tiles of `split_tile_size` keys
@@ -174,6 +181,7 @@ def decode_attention(
         if workspace is not None and (num_kv_splits or split_tile_size):
             raise ValueError(f"{OP}: a workspace brings its own split plan; drop num_kv_splits / split_tile_size")
         k_scale, v_scale = check_kv_scales(OP, k_buffer.dtype, k_scale, v_scale)
+        check_sinks(OP, sinks, q.shape[1], q.device)
         tensors = (q, k_buffer, v_buffer, o, kv_indptr, kv_indices)
     else:
         group = q.shape[1] // k_buffer.shape[1]
@@ -186,11 +194,12 @@ def decode_attention(
         return o
     if not use_triton(OP, *tensors):
         return reference.decode_attention(q, k_buffer, v_buffer, o, kv_indptr, kv_indices, sm_scale, logit_cap, window,
-                                          k_scale, v_scale)  # fmt: skip
+                                          k_scale, v_scale, sinks)  # fmt: skip
 
     kv_heads, v_dim = k_buffer.shape[1], v_buffer.shape[2]
     pool_i64, fmt, v_in_k = needs_int64(k_buffer, v_buffer), kv_format(k_buffer.dtype), latent_view(k_buffer, v_buffer)
-    shape_class = (q.dtype, head_dim, v_dim, group, formulation, logit_cap, window, pool_i64, fmt, v_in_k)
+    has_sinks = sinks is not None
+    shape_class = (q.dtype, head_dim, v_dim, group, formulation, logit_cap, window, pool_i64, fmt, v_in_k, has_sinks)
     launch = _cached_launch_plan(*shape_class) if config is None else _launch_plan(config, *shape_class)
     plan = launch.plan
     if workspace is None:
@@ -207,13 +216,14 @@ def decode_attention(
         # One split per request and the interpreter's plan: one program folds
         # many (request, kv head) rows at once (decode_batch.py).
         launch_batch(plan, q, kernel_view(k_buffer), kernel_view(v_buffer), o, kv_indptr, kv_indices, sm_scale,
-                     logit_cap, window, pool_i64, fmt, k_scale, v_scale)  # fmt: skip
+                     logit_cap, window, pool_i64, fmt, k_scale, v_scale, sinks)  # fmt: skip
         return o
-    if max_splits == 1 and plan.direct_single_split and o.is_contiguous():
+    if max_splits == 1 and plan.direct_single_split and o.is_contiguous() and not has_sinks:
         # One split per request: its normalised output is the answer (the
         # merge would scale it by e^0 / 1), so stage 1 stores it into `o`
         # (row (b * q_heads + head) * 1 + 0 is o's row) and nothing merges.
         # Requests without keys write nothing there: zeros, as the merge's.
+        # (Sinks are the merge's: with them it runs.)
         o.zero_()
         part_out = o
         launch_merge = False
@@ -228,5 +238,6 @@ def decode_attention(
     if launch_merge:
         os_ = o.stride()
         launch.merge.run(decode_merge_kernel, (batch, kv_heads * launch.merge_head_blocks),
-            part_out, part_lse, o, kv_indptr, split_tokens, max_splits, q_heads, os_[0], os_[1])  # fmt: skip
+            part_out, part_lse, o, kv_indptr, kv_indptr if sinks is None else sinks, split_tokens, max_splits, q_heads,
+            os_[0], os_[1])  # fmt: skip
     return o

@@ -17,7 +17,8 @@ so one launch of one program covers the batch: the same op count as one of
 the 9 programs before. Each row runs its own keys from its own first key in
 BLOCK_N tiles (the loop runs to the longest row; shorter rows are masked),
 so a row's reduction order depends on its own length only, as with one
-split per request. A request with no keys gets zeros. The loop folds all
+split per request. A request with no keys gets zeros. Attention sinks
+(HAS_SINKS) join each row's softmax after its keys (`tiles.fold_sink`). The loop folds all
 of a row's keys, so there is no split and no merge; the launcher takes this
 path only where the split plan would give one split per request.
 
@@ -72,6 +73,7 @@ def decode_batch_kernel(
     kv_indptr_ptr,
     kv_indices_ptr,
     o_ptr,
+    sinks_ptr,  # [q_heads] (read only with HAS_SINKS)
     sm_scale,
     n_rows,  # batch * kv_heads
     q_stride_b,
@@ -100,6 +102,7 @@ def decode_batch_kernel(
     POOL_I64: tl.constexpr,
     LOAD_IGNORES_OTHER: tl.constexpr,
     KV_FORMAT: tl.constexpr,
+    HAS_SINKS: tl.constexpr,
 ):
     r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     row_mask = r < n_rows
@@ -155,6 +158,13 @@ def decode_batch_kernel(
 
     if KV_FORMAT > 0:  # the fp8 tiles were decoded unscaled (`fp8.kv_values`)
         acc = acc * v_scale
+    if HAS_SINKS:  # `tiles.fold_sink` over [R, G] rows
+        sink = masked_load(sinks_ptr + heads, head_mask, 0.0, LOAD_IGNORES_OTHER).to(tl.float32)
+        m_new = tl.maximum(m_i, sink)
+        m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.exp(m_i - m_ref)
+        l_i = l_i * alpha + tl.exp(sink - m_ref)
+        acc = acc * alpha[:, :, None]
     no_keys = l_i == 0.0  # `tiles.finish_rows`: zeros for a request without keys
     out = tl.where(no_keys[:, :, None], 0.0, acc / tl.where(no_keys, 1.0, l_i)[:, :, None])
     tl.store(o_ptr + b[:, None, None] * o_stride_b + heads[:, :, None] * o_stride_h + offs_dv[None, None, :],
@@ -163,7 +173,7 @@ def decode_batch_kernel(
 
 @plan_cache
 def batch_launch(tiles: tuple, options: tuple, block_r: int, kv_heads: int, group: int, head_dim: int, v_dim: int,
-                 logit_cap: float, window: int, pool_i64: bool, fmt: int) -> KernelLaunch:  # fmt: skip
+                 logit_cap: float, window: int, pool_i64: bool, fmt: int, has_sinks: bool = False) -> KernelLaunch:  # fmt: skip
     """The kernel with its constexprs and launch options (`options`: the
     plan's, as items), once per shape class (`tiles`: the plan's use_dot,
     dot_fp32, block_d, block_dv, block_n, load_ignores_other)."""
@@ -173,12 +183,12 @@ def batch_launch(tiles: tuple, options: tuple, block_r: int, kv_heads: int, grou
         decode_batch_kernel, KV_HEADS=kv_heads, GROUP=group, HEAD_DIM=head_dim, V_DIM=v_dim, BLOCK_R=block_r,
         BLOCK_G=block_g, BLOCK_D=block_d, BLOCK_DV=block_dv, BLOCK_N=block_n, LOGIT_CAP=logit_cap, WINDOW=window,
         USE_DOT=use_dot, DOT_FP32=dot_fp32, POOL_I64=pool_i64, LOAD_IGNORES_OTHER=load_ignores_other,
-        KV_FORMAT=fmt)  # fmt: skip
+        KV_FORMAT=fmt, HAS_SINKS=has_sinks)  # fmt: skip
     return KernelLaunch(decode_batch_kernel, constexprs, dict(options))
 
 
 def launch_batch(plan, q, k_buffer, v_buffer, o, kv_indptr, kv_indices, sm_scale, logit_cap, window, pool_i64, fmt,
-                 k_scale, v_scale) -> None:  # fmt: skip
+                 k_scale, v_scale, sinks=None) -> None:  # fmt: skip
     """One launch of cdiv(rows, BLOCK_R) programs, BLOCK_R = the rows rounded
     up to a power of two, at most the config's BATCH_ROWS."""
     batch, q_heads, head_dim = q.shape
@@ -190,8 +200,8 @@ def launch_batch(plan, q, k_buffer, v_buffer, o, kv_indptr, kv_indices, sm_scale
     block_d = dim_block(head_dim, Formulation(plan.use_dot, plan.dot_fp32))
     tiles = (plan.use_dot, plan.dot_fp32, block_d, plan.block_dv, plan.block_n, plan.load_ignores_other)
     launch = batch_launch(tiles, tuple(plan.launch.items()), block_r, kv_heads, q_heads // kv_heads, head_dim, v_dim,
-                          logit_cap, window, pool_i64, fmt)  # fmt: skip
+                          logit_cap, window, pool_i64, fmt, sinks is not None)  # fmt: skip
     qs, kbs, vbs, os_ = q.stride(), k_buffer.stride(), v_buffer.stride(), o.stride()  # (one call per tensor)
     launch((-(-rows // block_r),),
-        q, k_buffer, v_buffer, kv_indptr, kv_indices, o, sm_scale, rows, qs[0], qs[1], kbs[0], kbs[1], vbs[0], vbs[1],
+        q, k_buffer, v_buffer, kv_indptr, kv_indices, o, kv_indptr if sinks is None else sinks, sm_scale, rows, qs[0], qs[1], kbs[0], kbs[1], vbs[0], vbs[1],
         os_[0], os_[1], k_scale, v_scale)  # fmt: skip

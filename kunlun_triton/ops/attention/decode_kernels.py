@@ -14,6 +14,11 @@ over all keys is the lse-weighted mean of the splits,
 
     o = sum_s e^(lse_s - M) o_s / sum_s e^(lse_s - M),   M = max_s lse_s.
 
+With attention sinks (HAS_SINKS, gpt-oss: one logit per query head) the
+merge adds the head's sink to that denominator once, after the splits
+(`tiles.fold_sink`), never per split: stage 1 is the same kernel with or
+without sinks.
+
 Split counts are decided on the device, per request, from its length and
 two run-time integers (never constexprs, so neither batch size nor context
 length ever recompiles a kernel, and a CUDA graph can replay any lengths):
@@ -27,7 +32,7 @@ import triton.language as tl
 
 from ..loads import masked_load
 from .fp8 import fp8_unit, kv_values, pool_scores_scale
-from .tiles import finish_rows, load_tile, online_softmax_update, scale_and_cap, scores
+from .tiles import finish_rows, fold_sink, load_tile, online_softmax_update, scale_and_cap, scores
 
 
 @triton.jit
@@ -45,33 +50,51 @@ def split_range(kv_len, split, split_tokens, max_splits, WINDOW: tl.constexpr, B
 
 
 @triton.jit
-def decode_tile(q, q_pe, m_i, l_i, acc, kv_row_ptr, k_head_ptr, v_head_ptr, n0, hi, sm_scale, kb_stride_s,
+def tile_slots(kv_row_ptr, n0, hi, BLOCK_N: tl.constexpr, MASK_N: tl.constexpr, LOAD_IGNORES_OTHER: tl.constexpr):
+    """The pool slots of keys n0 .. n0 + BLOCK_N (0 past `hi` when MASK_N)."""
+    offs_n = n0 + tl.arange(0, BLOCK_N)
+    if MASK_N:
+        return masked_load(kv_row_ptr + offs_n, offs_n < hi, 0, LOAD_IGNORES_OTHER)
+    else:
+        return tl.load(kv_row_ptr + offs_n)
+
+
+@triton.jit
+def decode_tile(q, q_pe, m_i, l_i, acc, slot, k_head_ptr, v_head_ptr, n0, hi, sm_scale, kb_stride_s,
                 vb_stride_s, offs_d, offs_dpe, offs_dv, d_mask, dpe_mask, dv_mask, BLOCK_N: tl.constexpr,
                 MASK_N: tl.constexpr, MASK_D: tl.constexpr, MASK_DPE: tl.constexpr, MASK_DV: tl.constexpr,
                 BLOCK_DPE: tl.constexpr, LOGIT_CAP: tl.constexpr, USE_DOT: tl.constexpr, DOT_FP32: tl.constexpr,
                 POOL_I64: tl.constexpr, LOAD_IGNORES_OTHER: tl.constexpr, k_scale, v_scale,
-                KV_FORMAT: tl.constexpr, FP8_RUNTIME_UNIT: tl.constexpr, FP8_NAN_ARITH: tl.constexpr, V_IN_K: tl.constexpr):  # fmt: skip
-    """Fold keys n0 .. n0 + BLOCK_N (those below `hi` when MASK_N) into the
-    running softmax of the group's heads. A split head dim (BLOCK_DPE > 0)
+                KV_FORMAT: tl.constexpr, FP8_RUNTIME_UNIT: tl.constexpr, FP8_NAN_ARITH: tl.constexpr, V_IN_K: tl.constexpr,
+                K_KEY_MAJOR: tl.constexpr):  # fmt: skip
+    """Fold keys n0 .. n0 + BLOCK_N (those below `hi` when MASK_N), at pool
+    slots `slot` [BLOCK_N] (`tile_slots`), into the running softmax of the
+    group's heads. A split head dim (BLOCK_DPE > 0)
     scores as q[:BLOCK_D].k[:BLOCK_D] + q_pe.k[BLOCK_D:] (MLA: latent + rope).
     V_IN_K (MLA: V is the first BLOCK_D = V_DIM values of each K row) takes
     V as the transposed K tile already loaded: the latent is read once per
-    tile, as SGLang's HAS_MLA path does. An fp8 pool's bytes (KV_FORMAT > 0)
+    tile, as SGLang's HAS_MLA path does. Otherwise, with K_KEY_MAJOR, K is
+    loaded as V is, one key per row ([N, D], scored through its transpose,
+    a view of the tile in shared memory): both loads then address rows by
+    the same slot vector in the same layout, so its ids are loaded once per
+    tile, not once per layout (sm_90, 32-key tile: 8 index loads of 4
+    addresses without, 4 with). An fp8 pool's bytes (KV_FORMAT > 0)
     are decoded after the load, unscaled (`fp8.kv_values`): k_scale
     multiplies the scores, v_scale the program's output (its keys are all
     the pool's); KV_FORMAT 0 adds no code."""
     offs_n = n0 + tl.arange(0, BLOCK_N)
     n_mask = offs_n < hi
     k_unit, v_unit = fp8_unit(k_scale, KV_FORMAT, FP8_RUNTIME_UNIT), fp8_unit(v_scale, KV_FORMAT, FP8_RUNTIME_UNIT)
-    if MASK_N:
-        slot = masked_load(kv_row_ptr + offs_n, n_mask, 0, LOAD_IGNORES_OTHER)
-    else:
-        slot = tl.load(kv_row_ptr + offs_n)
     if POOL_I64:
         slot = slot.to(tl.int64)
-    k_raw = load_tile(k_head_ptr + offs_d[:, None] + slot[None, :] * kb_stride_s, d_mask, n_mask, MASK_D, MASK_N,
-                      LOAD_IGNORES_OTHER)  # fmt: skip
-    k_t = kv_values(k_raw, k_unit, q, KV_FORMAT, FP8_NAN_ARITH, USE_DOT, DOT_FP32)
+    if V_IN_K or BLOCK_DPE > 0 or not K_KEY_MAJOR:  # (MLA's tiles as measured: docs/decode-occupancy.md)
+        k_raw = load_tile(k_head_ptr + offs_d[:, None] + slot[None, :] * kb_stride_s, d_mask, n_mask, MASK_D, MASK_N,
+                          LOAD_IGNORES_OTHER)  # fmt: skip
+        k_t = kv_values(k_raw, k_unit, q, KV_FORMAT, FP8_NAN_ARITH, USE_DOT, DOT_FP32)
+    else:
+        k_raw = load_tile(k_head_ptr + slot[:, None] * kb_stride_s + offs_d[None, :], n_mask, d_mask, MASK_N, MASK_D,
+                          LOAD_IGNORES_OTHER)  # fmt: skip
+        k_t = tl.trans(kv_values(k_raw, k_unit, q, KV_FORMAT, FP8_NAN_ARITH, USE_DOT, DOT_FP32))
     s = scores(q, k_t, USE_DOT, DOT_FP32)
     if BLOCK_DPE > 0:
         kpe_t = load_tile(k_head_ptr + offs_dpe[:, None] + slot[None, :] * kb_stride_s, dpe_mask, n_mask, MASK_DPE,
@@ -129,6 +152,8 @@ def decode_partial_kernel(
     KV_FORMAT: tl.constexpr,
     FP8_RUNTIME_UNIT: tl.constexpr, FP8_NAN_ARITH: tl.constexpr,
     V_IN_K: tl.constexpr,
+    K_KEY_MAJOR: tl.constexpr,
+    PREFETCH_SLOTS: tl.constexpr,
     USE_PDL: tl.constexpr,
 ):
     b = tl.program_id(0)
@@ -165,21 +190,37 @@ def decode_partial_kernel(
     k_head_ptr = k_buffer_ptr + kv_head * kb_stride_h
     v_head_ptr = v_buffer_ptr + kv_head * vb_stride_h
     full_hi = lo + (hi - lo) // BLOCK_N * BLOCK_N
-    for n0 in range(lo, full_hi, BLOCK_N):  # whole tiles: no key masks
-        m_i, l_i, acc = decode_tile(q, q_pe, m_i, l_i, acc, kv_row_ptr, k_head_ptr, v_head_ptr, n0, hi, sm_scale,
+    # Whole tiles, no key masks. With PREFETCH_SLOTS each tile's slot ids are
+    # loaded one tile ahead (the next tile's, clamped to the last whole tile:
+    # in bounds, no mask), so the K/V loads Triton pipelines never wait on an
+    # index load issued in the same iteration (the ids then live across an
+    # iteration: registers, see autotune_configs/default.yaml).
+    slot = tile_slots(kv_row_ptr, lo, full_hi, BLOCK_N, True, LOAD_IGNORES_OTHER)
+    for n0 in range(lo, full_hi, BLOCK_N):
+        if PREFETCH_SLOTS:
+            slot_next = tile_slots(kv_row_ptr, tl.minimum(n0 + BLOCK_N, full_hi - BLOCK_N), full_hi, BLOCK_N, False,
+                                   LOAD_IGNORES_OTHER)  # fmt: skip
+        else:
+            slot = tile_slots(kv_row_ptr, n0, full_hi, BLOCK_N, False, LOAD_IGNORES_OTHER)
+            slot_next = slot
+        m_i, l_i, acc = decode_tile(q, q_pe, m_i, l_i, acc, slot, k_head_ptr, v_head_ptr, n0, hi, sm_scale,
                                     kb_stride_s, vb_stride_s, offs_d, offs_dpe, offs_dv, d_mask, dpe_mask, dv_mask,
                                     BLOCK_N, False, BLOCK_D > HEAD_DIM, BLOCK_D + BLOCK_DPE > HEAD_DIM,
                                     BLOCK_DV != V_DIM, BLOCK_DPE, LOGIT_CAP, USE_DOT, DOT_FP32, POOL_I64,
-                                    LOAD_IGNORES_OTHER, k_scale, v_scale, KV_FORMAT, FP8_RUNTIME_UNIT, FP8_NAN_ARITH, V_IN_K)  # fmt: skip
+                                    LOAD_IGNORES_OTHER, k_scale, v_scale, KV_FORMAT, FP8_RUNTIME_UNIT, FP8_NAN_ARITH, V_IN_K,
+                                    K_KEY_MAJOR)  # fmt: skip
+        slot = slot_next
     # The ragged last tile, as a loop of at most one trip: Triton pipelines a
     # loop's loads into shared memory, where a straight-line tile after the
     # loop would stage them in registers (126 registers instead of 64 on sm_90).
     for n0 in range(full_hi, hi, BLOCK_N):
-        m_i, l_i, acc = decode_tile(q, q_pe, m_i, l_i, acc, kv_row_ptr, k_head_ptr, v_head_ptr, n0, hi, sm_scale,
+        slot = tile_slots(kv_row_ptr, n0, hi, BLOCK_N, True, LOAD_IGNORES_OTHER)
+        m_i, l_i, acc = decode_tile(q, q_pe, m_i, l_i, acc, slot, k_head_ptr, v_head_ptr, n0, hi, sm_scale,
                                     kb_stride_s, vb_stride_s, offs_d, offs_dpe, offs_dv, d_mask, dpe_mask, dv_mask,
                                     BLOCK_N, True, BLOCK_D > HEAD_DIM, BLOCK_D + BLOCK_DPE > HEAD_DIM,
                                     BLOCK_DV != V_DIM, BLOCK_DPE, LOGIT_CAP, USE_DOT, DOT_FP32, POOL_I64,
-                                    LOAD_IGNORES_OTHER, k_scale, v_scale, KV_FORMAT, FP8_RUNTIME_UNIT, FP8_NAN_ARITH, V_IN_K)  # fmt: skip
+                                    LOAD_IGNORES_OTHER, k_scale, v_scale, KV_FORMAT, FP8_RUNTIME_UNIT, FP8_NAN_ARITH, V_IN_K,
+                                    K_KEY_MAJOR)  # fmt: skip
 
     if KV_FORMAT > 0:  # the fp8 tiles were decoded unscaled (`decode_tile`)
         acc = acc * v_scale
@@ -198,6 +239,7 @@ def decode_merge_kernel(
     part_lse_ptr,
     o_ptr,
     kv_indptr_ptr,
+    sinks_ptr,  # [num_q_heads] (read only with HAS_SINKS)
     split_tokens,
     max_splits,
     num_q_heads,
@@ -211,6 +253,7 @@ def decode_merge_kernel(
     BLOCK_N: tl.constexpr,
     WINDOW: tl.constexpr,
     LOAD_IGNORES_OTHER: tl.constexpr,
+    HAS_SINKS: tl.constexpr,
     USE_PDL: tl.constexpr,
 ):
     if USE_PDL:  # launched dependent on stage 1 (sm_90): its partials are complete past this
@@ -241,6 +284,9 @@ def decode_merge_kernel(
         acc = acc * scale[:, None] + w[:, None] * part
         den = den * scale + w
         m_i = m_new
+    if HAS_SINKS:  # once per head, after every split
+        sink = masked_load(sinks_ptr + heads, head_mask, 0.0, LOAD_IGNORES_OTHER).to(tl.float32)
+        den, acc = fold_sink(m_i, den, acc, sink)
     out = finish_rows(acc, den)
     tl.store(o_ptr + b * o_stride_b + heads[:, None] * o_stride_h + offs_dv[None, :],
              out.to(o_ptr.dtype.element_ty), mask=part_mask)  # fmt: skip

@@ -19,13 +19,13 @@ from .custom_mask import check_custom_mask, mask_mode
 from .extend_inputs import latent_flags, validate
 from .extend_kernels import extend_kernel
 from .fp8 import check_kv_scales, kernel_view, kv_format, read_constexprs
-from .shared import AttentionPlan, attention_plan, cdiv, check_formulation, needs_int64, window_constexpr
+from .shared import AttentionPlan, attention_plan, cdiv, check_formulation, check_sinks, needs_int64, window_constexpr
 
 OP = "extend_attention"
 
 
 def _launch_plan(config, dtype, head_dim, v_dim, group, formulation, logit_cap, window, index_i64, unified, fmt=0,
-                 custom_mask=False, v_in_k=False, new_v_in_k=False):  # fmt: skip
+                 custom_mask=False, v_in_k=False, new_v_in_k=False, has_sinks=False):  # fmt: skip
     """(plan, extend_kernel with its constexprs and options: `ops.launch`)
     of a shape class."""
     if config is None:
@@ -55,7 +55,7 @@ def _launch_plan(config, dtype, head_dim, v_dim, group, formulation, logit_cap, 
         UNIFIED=unified, SCREEN_INLINE=not plan.use_dot or plan.block_d + plan.block_dpe > 256,
         **read_constexprs(fmt, plan.fp8_runtime_unit), CUSTOM_MASK=custom_mask,
         V_IN_K=v_in_k and latent,
-        NEW_V_IN_K=new_v_in_k and latent and not unified)  # fmt: skip
+        NEW_V_IN_K=new_v_in_k and latent and not unified, HAS_SINKS=has_sinks)  # fmt: skip
     return plan, KernelLaunch(extend_kernel, constexprs, plan.launch)
 
 
@@ -87,6 +87,7 @@ def extend_attention(
     config: dict | None = None,
     custom_mask: torch.Tensor | None = None,
     mask_indptr: torch.Tensor | None = None,
+    sinks: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Causal attention for a batch of extends; writes `o_extend`.
 
@@ -126,6 +127,10 @@ def extend_attention(
     mask is lower-triangular; entries above the diagonal are ignored. Both
     None (default): causal, compiled exactly as before (a constexpr). Not
     with `sliding_window` or `unified_kv`.
+
+    `sinks` [q_heads] (float; gpt-oss's attention sinks, as SGLang's Triton
+    backend passes them): head h's softmax denominator gains e^(sinks[h]),
+    a term with no value, once per new token (`reference`).
     """
     masked = mask_mode(OP, custom_mask, mask_indptr, sliding_window, unified_kv)
     if checked_mode(check):
@@ -139,6 +144,7 @@ def extend_attention(
         window = window_constexpr(OP, sliding_window)
         check_formulation(OP, formulation)
         k_scale, v_scale = check_kv_scales(OP, k_buffer.dtype, k_scale, v_scale)
+        check_sinks(OP, sinks, q_extend.shape[1], q_extend.device)
         tensors = (q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, qo_indptr, kv_indptr, kv_indices)
     else:
         group, batch = q_extend.shape[1] // k_buffer.shape[1], qo_indptr.shape[0] - 1
@@ -152,15 +158,16 @@ def extend_attention(
     if not use_triton(OP, *tensors):
         if unified_kv:
             return reference.extend_attention_unified(q_extend, o_extend, k_buffer, v_buffer, qo_indptr, kv_indptr,
-                                                      kv_indices, sm_scale, logit_cap, window, k_scale, v_scale)  # fmt: skip
+                                                      kv_indices, sm_scale, logit_cap, window, k_scale, v_scale,
+                                                      sinks)  # fmt: skip
         return reference.extend_attention(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, qo_indptr,
                                           kv_indptr, kv_indices, max_len_extend, sm_scale, logit_cap, window,
-                                          k_scale, v_scale, custom_mask, mask_indptr)  # fmt: skip
+                                          k_scale, v_scale, custom_mask, mask_indptr, sinks)  # fmt: skip
 
     v_dim = v_buffer.shape[2]
     shape_class = (q_extend.dtype, head_dim, v_dim, group, formulation, logit_cap, window,
                    needs_int64(k_buffer, v_buffer, k_extend, v_extend), bool(unified_kv), kv_format(k_buffer.dtype),
-                   masked, *latent_flags(k_buffer, v_buffer, k_extend, v_extend))  # fmt: skip
+                   masked, *latent_flags(k_buffer, v_buffer, k_extend, v_extend), sinks is not None)  # fmt: skip
     plan, launch = _cached_launch_plan(*shape_class) if config is None else _launch_plan(config, *shape_class)
     # unified: a request's new tokens may start mid-block, one block more
     row_blocks = cdiv(max_len_extend, plan.block_m) + (1 if unified_kv else 0)
@@ -171,6 +178,6 @@ def extend_attention(
                                  k_buffer.stride(), v_buffer.stride())  # fmt: skip
     launch((batch, q_heads, row_blocks),
         q_extend, k_extend, v_extend, o_extend, kernel_view(k_buffer), kernel_view(v_buffer), qo_indptr, kv_indptr,
-        kv_indices, mask, mask_starts, sm_scale, qs[0], qs[1], ks[0], ks[1], vs[0], vs[1], os_[0], os_[1],
+        kv_indices, mask, mask_starts, kv_indptr if sinks is None else sinks, sm_scale, qs[0], qs[1], ks[0], ks[1], vs[0], vs[1], os_[0], os_[1],
         kbs[0], kbs[1], vbs[0], vbs[1], k_scale, v_scale)  # fmt: skip
     return o_extend

@@ -40,6 +40,10 @@ them each one sees; the new tokens' stream then runs every tile masked,
 reading one mask byte per (row, key), on a row tile of its own
 (VERIFY_BLOCK_M: a few draft tokens over a long prefix; docs/speculative.md).
 
+Attention sinks (HAS_SINKS, gpt-oss: one logit per query head) join each
+row's softmax once, after both streams (`tiles.fold_sink`): the loops are
+the same with or without them.
+
 MLA (V the latent part of K's rows, in the pool and in the new tokens each:
 `extend_inputs.latent_flags`): the stream takes V from the K tile it loaded
 (V_IN_K / NEW_V_IN_K), the latent read once per tile (docs/decode-occupancy.md).
@@ -52,6 +56,7 @@ from ..loads import masked_load
 from .fp8 import fp8_unit, kv_values, pool_scores_scale
 from .tiles import (
     finish_rows,
+    fold_sink,
     load_tile,
     online_softmax_update,
     scale_and_cap,
@@ -63,14 +68,16 @@ from .tiles import (
 
 
 @triton.jit
-def extend_tile(q, q_pe, m_i, l_i, acc, n0, hi, q_pos, index_ptr, row_base, k_head_ptr, v_head_ptr, k_stride,
+def extend_tile(q, q_pe, m_i, l_i, acc, n0, hi, q_pos, rows, k_head_ptr, v_head_ptr, k_stride,
                 v_stride, sm_scale, offs_d, offs_dpe, offs_dv, d_mask, dpe_mask, dv_mask, BLOCK_N: tl.constexpr, MASKED: tl.constexpr,
                 CAUSAL: tl.constexpr, WINDOW: tl.constexpr, PAGED: tl.constexpr, MASK_D: tl.constexpr, MASK_DPE: tl.constexpr,
                 BLOCK_DPE: tl.constexpr, MASK_DV: tl.constexpr, LOGIT_CAP: tl.constexpr, USE_DOT: tl.constexpr, DOT_FP32: tl.constexpr,
                 INDEX_I64: tl.constexpr, LOAD_IGNORES_OTHER: tl.constexpr, SCREEN_HIDDEN: tl.constexpr,
                 k_scale, v_scale, KV_FORMAT: tl.constexpr, FP8_RUNTIME_UNIT: tl.constexpr, FP8_NAN_ARITH: tl.constexpr, mask_ptr, mask_stride, CUSTOM_MASK: tl.constexpr,
                 V_IN_K: tl.constexpr):  # fmt: skip
-    """Fold keys n0 .. n0 + BLOCK_N of one stream into the block's softmax.
+    """Fold keys n0 .. n0 + BLOCK_N of one stream, K/V rows `rows` (their
+    pool slots or rows of the new tokens: `tiles.stream_rows`), into the
+    block's softmax.
 
     A full tile (MASKED false) is seen whole by every query row: no masks.
     A masked tile hides keys by `visibility`. K/V of an fp8 pool
@@ -91,7 +98,6 @@ def extend_tile(q, q_pe, m_i, l_i, acc, n0, hi, q_pos, index_ptr, row_base, k_he
     offs_n = n0 + tl.arange(0, BLOCK_N)
     n_mask = offs_n < hi
     k_unit, v_unit = fp8_unit(k_scale, KV_FORMAT, FP8_RUNTIME_UNIT), fp8_unit(v_scale, KV_FORMAT, FP8_RUNTIME_UNIT)
-    rows = stream_rows(index_ptr, row_base, offs_n, n_mask, PAGED, MASKED, INDEX_I64, LOAD_IGNORES_OTHER)
     v_ptrs = v_head_ptr + rows[:, None] * v_stride + offs_dv[None, :]
     if V_IN_K:  # K's rows as V's [N, D] tile, scored through its transpose (a view of the same tile)
         k_mask = n_mask
@@ -164,20 +170,34 @@ def extend_stream(q, q_pe, m_i, l_i, acc, lo, full_lo, full_hi, hi, q_pos, index
     tail_start = head_end + tl.maximum(full_hi - head_end, 0) // BLOCK_N * BLOCK_N
     if WINDOW > 0:
         for n0 in range(lo, tl.minimum(head_end, hi), BLOCK_N):
+            offs_n = n0 + tl.arange(0, BLOCK_N)
+            rows = stream_rows(index_ptr, row_base, offs_n, offs_n < hi, PAGED, True, INDEX_I64, LOAD_IGNORES_OTHER)
             m_i, l_i, acc = extend_tile(
-                q, q_pe, m_i, l_i, acc, n0, hi, q_pos, index_ptr, row_base, k_head_ptr, v_head_ptr, k_stride,
+                q, q_pe, m_i, l_i, acc, n0, hi, q_pos, rows, k_head_ptr, v_head_ptr, k_stride,
                 v_stride, sm_scale, offs_d, offs_dpe, offs_dv, d_mask, dpe_mask, dv_mask, BLOCK_N, True, CAUSAL, WINDOW, PAGED, MASK_D, MASK_DPE, BLOCK_DPE,
                 MASK_DV, LOGIT_CAP, USE_DOT, DOT_FP32, INDEX_I64, LOAD_IGNORES_OTHER, SCREEN_HIDDEN, k_scale, v_scale,
                 KV_FORMAT, FP8_RUNTIME_UNIT, FP8_NAN_ARITH, mask_ptr, mask_stride, CUSTOM_MASK, V_IN_K)  # fmt: skip
+    # Whole tiles. A paged stream's slot ids are loaded one tile ahead (the
+    # next tile's, clamped to the last whole tile: in bounds, no mask): the
+    # K/V loads of a tile never wait on its own index load (sm_90, no
+    # pipelining at num_stages 1: each index load fed the K load right after it).
+    offs_n = head_end + tl.arange(0, BLOCK_N)
+    rows = stream_rows(index_ptr, row_base, offs_n, offs_n < tail_start, PAGED, True, INDEX_I64, LOAD_IGNORES_OTHER)
     for n0 in range(head_end, tail_start, BLOCK_N):
+        offs_next = tl.minimum(n0 + BLOCK_N, tail_start - BLOCK_N) + tl.arange(0, BLOCK_N)
+        rows_next = stream_rows(index_ptr, row_base, offs_next, offs_next < tail_start, PAGED, False, INDEX_I64,
+                                LOAD_IGNORES_OTHER)  # fmt: skip
         m_i, l_i, acc = extend_tile(
-            q, q_pe, m_i, l_i, acc, n0, hi, q_pos, index_ptr, row_base, k_head_ptr, v_head_ptr, k_stride,
+            q, q_pe, m_i, l_i, acc, n0, hi, q_pos, rows, k_head_ptr, v_head_ptr, k_stride,
             v_stride, sm_scale, offs_d, offs_dpe, offs_dv, d_mask, dpe_mask, dv_mask, BLOCK_N, False, CAUSAL, WINDOW, PAGED, MASK_D, MASK_DPE, BLOCK_DPE,
             MASK_DV, LOGIT_CAP, USE_DOT, DOT_FP32, INDEX_I64, LOAD_IGNORES_OTHER, SCREEN_HIDDEN, k_scale, v_scale,
             KV_FORMAT, FP8_RUNTIME_UNIT, FP8_NAN_ARITH, mask_ptr, mask_stride, CUSTOM_MASK, V_IN_K)  # fmt: skip
+        rows = rows_next
     for n0 in range(tail_start, hi, BLOCK_N):
+        offs_n = n0 + tl.arange(0, BLOCK_N)
+        rows = stream_rows(index_ptr, row_base, offs_n, offs_n < hi, PAGED, True, INDEX_I64, LOAD_IGNORES_OTHER)
         m_i, l_i, acc = extend_tile(
-            q, q_pe, m_i, l_i, acc, n0, hi, q_pos, index_ptr, row_base, k_head_ptr, v_head_ptr, k_stride,
+            q, q_pe, m_i, l_i, acc, n0, hi, q_pos, rows, k_head_ptr, v_head_ptr, k_stride,
             v_stride, sm_scale, offs_d, offs_dpe, offs_dv, d_mask, dpe_mask, dv_mask, BLOCK_N, True, CAUSAL, WINDOW, PAGED, MASK_D, MASK_DPE, BLOCK_DPE,
             MASK_DV, LOGIT_CAP, USE_DOT, DOT_FP32, INDEX_I64, LOAD_IGNORES_OTHER, SCREEN_HIDDEN, k_scale, v_scale,
             KV_FORMAT, FP8_RUNTIME_UNIT, FP8_NAN_ARITH, mask_ptr, mask_stride, CUSTOM_MASK, V_IN_K)  # fmt: skip
@@ -260,6 +280,7 @@ def extend_kernel(
     kv_indices_ptr,
     mask_ptr,
     mask_indptr_ptr,
+    sinks_ptr,  # [q_heads] (read only with HAS_SINKS)
     sm_scale,
     q_stride_t,
     q_stride_h,
@@ -296,6 +317,7 @@ def extend_kernel(
     CUSTOM_MASK: tl.constexpr,
     V_IN_K: tl.constexpr,
     NEW_V_IN_K: tl.constexpr,
+    HAS_SINKS: tl.constexpr,
 ):
     b = tl.program_id(0)
     head = tl.program_id(1)
@@ -369,6 +391,8 @@ def extend_kernel(
                 USE_DOT, DOT_FP32, INDEX_I64, LOAD_IGNORES_OTHER, UNIFIED, True, k_scale, v_scale, KV_FORMAT, FP8_RUNTIME_UNIT, FP8_NAN_ARITH,
                 mask_base, mask_stride, CUSTOM_MASK, V_IN_K, NEW_V_IN_K)  # fmt: skip
 
+    if HAS_SINKS:  # the head's sink, once per row, after every key
+        l_i, acc = fold_sink(m_i, l_i, acc, tl.load(sinks_ptr + head).to(tl.float32))
     out = finish_rows(acc, l_i)
     tl.store(o_ptr + rows[:, None] * o_stride_t + head * o_stride_h + offs_dv[None, :], out.to(o_ptr.dtype.element_ty),
              mask=m_mask[:, None] & dv_mask[None, :])  # fmt: skip

@@ -10,6 +10,15 @@ from the pool by slot id, then an explicit masked softmax in fp32:
                  and q_pos[i] - key_pos[j] <= window     (when sliding_window > 0)
     o[i, h]    = sum over visible j of softmax_j(s)[j] * v[j]   (0 where nothing is visible)
 
+With attention sinks (gpt-oss: `sinks` [Hq], one learned logit per query
+head), the softmax's denominator gains the sink's term and the sink carries
+no value:
+
+    o[i, h] = sum_j e^(s_j - M) v[j] / (sum_j e^(s_j - M) + e^(sinks[h] - M)),
+    M = max(max_j s_j, sinks[h])
+
+written out below as one more score column per head whose value row is 0.
+
 Hidden keys take no part, whatever their values: a NaN or inf in a key or
 value the query cannot see (the causal future, beyond the window) never
 reaches its output (0 * inf is NaN, so hidden keys are left out of the
@@ -52,10 +61,14 @@ def window_or_none(sliding_window) -> int | None:
     return sliding_window if sliding_window is not None and sliding_window > 0 else None
 
 
-def attend(q, k, v, q_pos, k_pos, sm_scale, logit_cap=0.0, sliding_window=None, allowed=None) -> torch.Tensor:
+def attend(q, k, v, q_pos, k_pos, sm_scale, logit_cap=0.0, sliding_window=None, allowed=None,
+           sinks=None) -> torch.Tensor:  # fmt: skip
     """Attention of queries `q` [m, Hq, D] over keys `k` [n, Hkv, D] and values
     `v` [n, Hkv, Dv] with positions `q_pos` [m], `k_pos` [n]; fp32 result [m, Hq, Dv].
-    `allowed` [m, n] bool (a speculative tree's mask) further hides keys."""
+    `allowed` [m, n] bool (a speculative tree's mask) further hides keys.
+    `sinks` [Hq]: each head's sink logit joins its softmax (module docstring)."""
+    if sinks is not None:
+        return _attend_with_sinks(q, k, v, q_pos, k_pos, sm_scale, logit_cap, sliding_window, allowed, sinks)
     group = q.shape[1] // k.shape[1]
     qf = q.float().transpose(0, 1)  # [Hq, m, D]
     kf = k.float().repeat_interleave(group, dim=1).transpose(0, 1)  # [Hq, n, D]
@@ -83,6 +96,34 @@ def attend(q, k, v, q_pos, k_pos, sm_scale, logit_cap=0.0, sliding_window=None, 
     return out.transpose(0, 1)  # [m, Hq, Dv]
 
 
+def _attend_with_sinks(q, k, v, q_pos, k_pos, sm_scale, logit_cap, sliding_window, allowed, sinks):
+    """`attend` with a sink: the keys plus one extra key per head, always
+    visible, whose score is sinks[h] whatever the query and whose value row
+    is zeros. A row that sees no real key gets the sink alone: 0."""
+    m, hq, n = q.shape[0], q.shape[1], k.shape[0]
+    group = hq // k.shape[1]
+    qf = q.float().transpose(0, 1)  # [Hq, m, D]
+    kf = k.float().repeat_interleave(group, dim=1).transpose(0, 1)  # [Hq, n, D]
+    vf = v.float().repeat_interleave(group, dim=1).transpose(0, 1)  # [Hq, n, Dv]
+    scores = torch.matmul(qf, kf.transpose(1, 2)) * sm_scale  # [Hq, m, n]
+    if logit_cap and logit_cap > 0:
+        scores = logit_cap * torch.tanh(scores / logit_cap)
+    visible = k_pos[None, :] <= q_pos[:, None]
+    if allowed is not None:
+        visible &= allowed
+    window = window_or_none(sliding_window)
+    if window is not None:
+        visible &= (q_pos[:, None] - k_pos[None, :]) <= window
+    sink_column = sinks.float().view(hq, 1, 1).expand(hq, m, 1)
+    scores = torch.cat([scores.masked_fill(~visible[None], float("-inf")), sink_column], dim=2)  # [Hq, m, n + 1]
+    probs = torch.softmax(scores, dim=-1)[..., :n]  # the sink's share is dropped with its zero value
+    out = torch.zeros(hq, m, vf.shape[-1], dtype=torch.float32, device=q.device)
+    for j in range(n):  # hidden keys left out of the sum, not weighted by 0 (0 * inf is NaN)
+        term = probs[:, :, j, None] * vf[:, None, j, :]
+        out += term.masked_fill(~visible[None, :, j, None], 0.0)
+    return out.transpose(0, 1)  # [m, Hq, Dv]
+
+
 def _slots(kv_indptr, kv_indices, b) -> torch.Tensor:
     start, end = int(kv_indptr[b]), int(kv_indptr[b + 1])
     return kv_indices[start:end].long()
@@ -90,7 +131,7 @@ def _slots(kv_indptr, kv_indices, b) -> torch.Tensor:
 
 def decode_attention(
     q, k_buffer, v_buffer, o, kv_indptr, kv_indices, sm_scale, logit_cap=0.0, sliding_window=None, k_scale=1.0,
-    v_scale=1.0,
+    v_scale=1.0, sinks=None,
 ) -> torch.Tensor:
     """One query per request; request b's keys are the slots
     kv_indices[kv_indptr[b]:kv_indptr[b+1]] (the query's own token last).
@@ -106,7 +147,7 @@ def decode_attention(
         q_pos = torch.tensor([n - 1], device=q.device)
         out[b] = attend(
             q[b : b + 1], dequantized(k_buffer, slots, k_scale), dequantized(v_buffer, slots, v_scale), q_pos, k_pos,
-            sm_scale, logit_cap, sliding_window,
+            sm_scale, logit_cap, sliding_window, sinks=sinks,
         )[0]
     return o.copy_(out)
 
@@ -129,6 +170,7 @@ def extend_attention(
     v_scale=1.0,
     custom_mask=None,
     mask_indptr=None,
+    sinks=None,
 ) -> torch.Tensor:
     """Request b's new tokens q_extend[qo_indptr[b]:qo_indptr[b+1]] attend to its
     cached prefix (pool slots kv_indices[kv_indptr[b]:kv_indptr[b+1]]) and
@@ -160,12 +202,13 @@ def extend_attention(
             start = int(mask_indptr[b])
             block = custom_mask[start : start + n * (prefix + n)].view(n, prefix + n) != 0
             allowed = torch.cat([torch.ones(n, prefix, dtype=torch.bool, device=block.device), block[:, prefix:]], 1)
-        out[q0:q1] = attend(q_extend[q0:q1], k, v, q_pos, k_pos, sm_scale, logit_cap, sliding_window, allowed)
+        out[q0:q1] = attend(q_extend[q0:q1], k, v, q_pos, k_pos, sm_scale, logit_cap, sliding_window, allowed, sinks)
     return o_extend.copy_(out)
 
 
 def extend_attention_unified(q_extend, o_extend, k_buffer, v_buffer, qo_indptr, kv_indptr, kv_indices, sm_scale,
-                             logit_cap=0.0, sliding_window=None, k_scale=1.0, v_scale=1.0) -> torch.Tensor:  # fmt: skip
+                             logit_cap=0.0, sliding_window=None, k_scale=1.0, v_scale=1.0,
+                             sinks=None) -> torch.Tensor:  # fmt: skip
     """`extend_attention` with ``unified_kv``: request b's slots
     kv_indices[kv_indptr[b]:kv_indptr[b+1]] are its whole sequence, the new
     tokens (rows qo_indptr[b]:qo_indptr[b+1] of q_extend) its last ones."""
@@ -179,7 +222,7 @@ def extend_attention_unified(q_extend, o_extend, k_buffer, v_buffer, qo_indptr, 
         k_pos = torch.arange(slots.numel(), device=q_extend.device)
         q_pos = k_pos[slots.numel() - (q1 - q0):]
         k, v = dequantized(k_buffer, slots, k_scale), dequantized(v_buffer, slots, v_scale)
-        out[q0:q1] = attend(q_extend[q0:q1], k, v, q_pos, k_pos, sm_scale, logit_cap, sliding_window)
+        out[q0:q1] = attend(q_extend[q0:q1], k, v, q_pos, k_pos, sm_scale, logit_cap, sliding_window, sinks=sinks)
     return o_extend.copy_(out)
 
 

@@ -110,6 +110,10 @@ class AttentionPlan:
     # an fp8 pool's tiles decoded times a run-time unit, not a constant
     # (``FP8_RUNTIME_UNIT`` in the op's config; `fp8.fp8_unit`)
     fp8_runtime_unit: bool
+    # decode: K loaded [keys, head dim] as V is (``K_KEY_MAJOR``); whole tiles'
+    # slot ids loaded one tile ahead (``PREFETCH_SLOTS``)
+    k_key_major: bool
+    prefetch_slots: bool
     launch: dict
 
 
@@ -152,6 +156,8 @@ def attention_plan(op: str, config: dict, dtype, head_dim: int, v_dim: int, grou
         batch_rows=max(int(config["BATCH_ROWS"]), 0) if decode else 0,
         load_ignores_other=capabilities().load_ignores_other,
         fp8_runtime_unit=bool(config.get("FP8_RUNTIME_UNIT", 0)),
+        k_key_major=bool(config.get("K_KEY_MAJOR", 0)) if decode else False,
+        prefetch_slots=bool(config.get("PREFETCH_SLOTS", 0)) if decode else False,
         launch=run_keywords(launch_options(config)),
     )
 
@@ -175,6 +181,18 @@ def check_formulation(op: str, formulation) -> None:
     up front, so a bad one is refused even where no kernel runs."""
     if formulation is not None:
         require_choice(op, "formulation", formulation, FORMULATIONS)
+
+
+def check_sinks(op: str, sinks, q_heads: int, device) -> None:
+    """Attention sinks as SGLang's Triton backend passes them: one logit per
+    query head, a 1-D float tensor (gpt-oss keeps them bf16 for that backend,
+    fp32 for others) of q_heads entries on the query's device."""
+    if sinks is None:
+        return
+    require_tensor(op, "sinks", sinks, ndim=1)  # a float dtype, contiguous
+    require_same(op, "sinks' length and the query heads", sinks=sinks.shape[0], q_heads=q_heads)
+    if sinks.device != device:
+        raise ValueError(f"{op}: sinks are on {sinks.device} but the query is on {device}")
 
 
 def window_constexpr(op: str, sliding_window) -> int:

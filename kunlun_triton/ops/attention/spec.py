@@ -68,7 +68,7 @@ def decode_attention_case(shape, dtype, device) -> OpCase:
     elif v_dim != head_dim:
         raise ValueError(f"decode_attention: v_head_dim {v_dim} above head_dim {head_dim} is not a shape it benches")
     quantize_pool(d.pool, shape, dtype)  # kv_dtype=fp8_*: the pool's bytes, read with `scales`
-    scales = kv_scales(shape)
+    scales = {**kv_scales(shape), **_sinks_kwargs(shape, device)}
     args = d.args()
     total = sum(lens)
     step = (len(lens), shape["q_heads"], shape["kv_heads"], head_dim, v_dim, device)
@@ -89,6 +89,17 @@ def decode_attention_case(shape, dtype, device) -> OpCase:
         args=args,
         time_reference=total <= TORCH_REFERENCE_MAX_TOKENS,
     )
+
+
+def _sinks_kwargs(shape, device, meta=False) -> dict:
+    """``sinks=1`` in a shape (gpt-oss's attention sinks): one fp32 logit per
+    query head, drawn around 0 (`ops.attention.reference`)."""
+    if not shape.get("sinks"):
+        return {}
+    if meta:
+        return {"sinks": _meta(shape["q_heads"], dtype=torch.float32)}
+    gen = torch.Generator().manual_seed(shape["q_heads"])
+    return {"sinks": torch.randn(shape["q_heads"], generator=gen).to(device)}
 
 
 def verify_mask(prefix, extend, device, meta=False):
@@ -130,7 +141,7 @@ def extend_attention_case(shape, dtype, device) -> OpCase:
     elif v_dim != head_dim:
         raise ValueError(f"extend_attention: v_head_dim {v_dim} above head_dim {head_dim} is not a shape it benches")
     quantize_pool(e.pool, shape, dtype)  # kv_dtype=fp8_*: the cached prefix's bytes; new tokens stay in dtype
-    scales = kv_scales(shape)
+    scales = {**kv_scales(shape), **_sinks_kwargs(shape, device)}
     v_row = 0 if v_dim < head_dim else v_dim
     args = e.args()
     tokens = sum(e.extend_lens)
@@ -169,7 +180,8 @@ def decode_shapes(preset, quick):
     # v_head_dim: MLA's is smaller than head_dim (V the latent part of K's rows),
     # ``kunlun-triton inspect --shape head_dim=576 --shape v_head_dim=512``
     v_dim = {} if quick else {"v_head_dim": preset.head_dim}
-    return [{"batch": b, "context_len": c, **_heads(preset, quick), **v_dim, "kv_dtype": "auto"}
+    # sinks: gpt-oss's per-head sink logits (``--shape sinks=0,1``: without and with, one inspect run)
+    return [{"batch": b, "context_len": c, **_heads(preset, quick), **v_dim, "kv_dtype": "auto", "sinks": False}
             for b in ([1, 2] if quick else [1, 8, 32, 64]) for c in ([64, 256] if quick else [1024, 4096, 16384, 32768])]  # fmt: skip
 
 
@@ -177,7 +189,8 @@ def extend_shapes(preset, quick):
     # custom_mask: target verify's tree mask (``--shape custom_mask=1``, `verify_mask`); v_head_dim
     # as decode's (MLA: ``--shape head_dim=576 --shape v_head_dim=512``)
     v_dim = {} if quick else {"v_head_dim": preset.head_dim}
-    return [{"batch": b, "prefix_len": p, "extend_len": e, **_heads(preset, quick), **v_dim, "custom_mask": False, "kv_dtype": "auto"}
+    return [{"batch": b, "prefix_len": p, "extend_len": e, **_heads(preset, quick), **v_dim, "custom_mask": False, "kv_dtype": "auto",
+             "sinks": False}
             for b in ([1, 2] if quick else [1, 8]) for p in ([0, 64] if quick else [0, 4096])
             for e in ([32] if quick else [512, 2048])]  # fmt: skip
 
@@ -208,8 +221,9 @@ def decode_attention_kernels(shape, dtype, config):
     slots = total + shape.get("page_size", 1)
     k_buffer, v_buffer = _kv_pool(slots, kv_heads, head_dim, v_dim, pool_dtype(shape, dtype))
     indptr, indices = _meta(batch + 1, dtype=torch.int32), _meta(total, dtype=torch.int32)
+    sinks = _sinks_kwargs(shape, "meta", meta=True)
     specs = meta_kernel_specs(lambda: decode_attention(q, k_buffer, v_buffer, o, indptr, indices, head_dim**-0.5,
-                                                       check=False, config=config))  # fmt: skip
+                                                       check=False, config=config, **sinks))  # fmt: skip
     return with_loop_items(specs, {"decode_partial_kernel": "BLOCK_N"})
 
 
@@ -230,7 +244,7 @@ def extend_attention_kernels(shape, dtype, config):
     masks = _mask_kwargs(shape, prefix, extend, "meta", meta=True)
     specs = meta_kernel_specs(lambda: extend_attention(q, k, v, o, k_buffer, v_buffer, qo_indptr, kv_indptr,
                                                        kv_indices, max(extend), head_dim**-0.5, check=False,
-                                                       config=config, **masks))  # fmt: skip
+                                                       config=config, **masks, **_sinks_kwargs(shape, "meta", True)))  # fmt: skip
     return with_loop_items(specs, {"extend_kernel": "BLOCK_N"})
 
 
@@ -381,7 +395,8 @@ SPECS = [
            traffic=decode_attention_traffic, programs=decode_attention_programs,
            config_keys={"formulation": FORMULATION, "BLOCK_N": TILE, "MAX_KV_SPLITS": COUNT,
                         "PROGRAMS_PER_UNIT": COUNT, "MIN_SPLIT_TOKENS": COUNT, "MAX_BLOCK_H": TILE,
-                        "DIRECT_SINGLE_SPLIT": FLAG, "BATCH_ROWS": NON_NEGATIVE, "FP8_RUNTIME_UNIT": FLAG},
+                        "DIRECT_SINGLE_SPLIT": FLAG, "BATCH_ROWS": NON_NEGATIVE, "FP8_RUNTIME_UNIT": FLAG,
+                        "K_KEY_MAJOR": FLAG, "PREFETCH_SLOTS": FLAG},
            function=decode_attention, lookup_dims=("head_dim", "group"), generation_shapes=decode_generation_shapes,
            sglang=_SERVED, sglang_baselines=baselines("attention:decode", *_BASELINES, "programs")),
     OpSpec("extend_attention", "attention", extend_attention_case,

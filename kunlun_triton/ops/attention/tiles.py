@@ -108,6 +108,23 @@ def online_softmax_update(s, v, m_i, l_i, acc, USE_DOT: tl.constexpr, DOT_FP32: 
 
 
 @triton.jit
+def fold_sink(m_i, l_i, acc, sink):
+    """Join each row's sink logit (gpt-oss's attention sinks, [M] fp32) to
+    its softmax, once, after every key: the sink adds its term to the sum and
+    no value,
+
+        M' = max(m, sink);  l' = l e^(m - M') + e^(sink - M');  acc' = acc e^(m - M')
+
+    (the max taken with the sink so that a sink far above every score makes
+    l' = 1 and acc' tiny, not e^(sink - m) = inf). A row that saw no key
+    (m = -inf, acc = 0) ends with l' = 1, acc' = 0: output 0. Returns (l', acc')."""
+    m_new = tl.maximum(m_i, sink)
+    m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = tl.exp(m_i - m_ref)
+    return l_i * alpha + tl.exp(sink - m_ref), acc * alpha[:, None]
+
+
+@triton.jit
 def finish_rows(acc, l_i):
     """acc / l per row; 0 for a row that saw no key (a NaN sum, from a
     visible NaN, stays NaN)."""
