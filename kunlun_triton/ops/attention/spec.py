@@ -24,13 +24,13 @@ from .kv_dtype import meta as _meta
 from .kv_dtype import meta_kv_pool as _kv_pool
 from .kv_indices import build_kv_indices
 from .store_kv import store_kv
+from .tune_space import decode_candidates, extend_candidates, extend_keep, store_kv_candidates
 
 # Exported by `kunlun_triton.ops` next to the ops: a decode step's split-KV
 # scratch and plan, and its paged metadata built on the device.
 HELPERS = (decode_workspace, DecodeWorkspace, decode_split_plan, build_kv_indices)
 
 TORCH_REFERENCE_MAX_TOKENS = 64 * 1024  # the per-request python loop is slow beyond this
-SUM_TILE_CAP = 65536  # tl.sum formulation: BLOCK_M x BLOCK_N x BLOCK_D product values per program
 
 
 def store_kv_case(shape, dtype, device) -> OpCase:
@@ -301,46 +301,6 @@ def decode_attention_programs(shape, dtype) -> int:
 # ---- tune: lookup dims are store_kv (row_width, tokens), decode and extend
 # (head_dim, group); batch sizes and context lengths are not lookup dims (no
 # constexpr depends on them), so tuned configs serve every batch and length.
-
-
-def _with_formulations(candidates: list[dict]) -> list[dict]:
-    from ...runtime import capabilities
-
-    if not capabilities().has_dot:
-        return candidates  # the target's file picks sum
-    return [{**c, "formulation": f} for c in candidates for f in ("dot", "sum")]
-
-
-def store_kv_candidates(quick):
-    return [{"TOKENS_PER_PROGRAM": t, "MAX_BLOCK_C": c} for t in ((1, 16) if quick else (1, 4, 16))
-            for c in ((128,) if quick else (256, 1024, 4096))]  # fmt: skip
-
-
-def decode_candidates(quick):
-    if quick:
-        return _with_formulations([{"BLOCK_N": 16, "PROGRAMS_PER_UNIT": 1, "MAX_KV_SPLITS": 1},
-                                   {"BLOCK_N": 32, "PROGRAMS_PER_UNIT": 2, "MAX_KV_SPLITS": 2, "MIN_SPLIT_TOKENS": 32}])  # fmt: skip
-    splits = ({"PROGRAMS_PER_UNIT": 2, "MAX_KV_SPLITS": 8}, {"PROGRAMS_PER_UNIT": 8, "MAX_KV_SPLITS": 8},
-              {"PROGRAMS_PER_UNIT": 8, "MAX_KV_SPLITS": 32})  # fmt: skip
-    return _with_formulations([{"BLOCK_N": n, **s} for n in (16, 32, 64) for s in splits])
-
-
-def extend_candidates(quick):
-    pairs = ((16, 16), (32, 16)) if quick else (
-        (8, 16), (8, 32), (8, 64), (16, 8), (16, 16), (16, 32), (32, 8), (32, 16), (32, 32),
-        (64, 32), (64, 64), (128, 32), (128, 64))  # fmt: skip
-    return _with_formulations([{"BLOCK_M": m, "BLOCK_N": n} for m, n in pairs])
-
-
-def extend_keep(candidate, shape) -> bool:
-    from ...runtime import capabilities
-
-    default = "dot" if capabilities().has_dot else "sum"
-    if candidate.get("formulation", default) == "dot":  # the op raises dot tiles below 16: a different config
-        return candidate["BLOCK_M"] >= 16 and candidate["BLOCK_N"] >= 16
-    # the sum formulation holds a [M, D, N] product
-    block_d = 1 << max(shape["head_dim"] - 1, 0).bit_length()
-    return candidate["BLOCK_M"] * candidate["BLOCK_N"] * block_d <= SUM_TILE_CAP
 
 
 def store_kv_tune_shapes(preset, quick):
