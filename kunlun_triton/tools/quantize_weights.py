@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import torch
 
+from .checkpoint_files import ConvertError
+
 METHODS = ("w8a8-int8",)
 # Linear layers SGLang builds without a quant config (MoE routers) keep their floats.
 FLOAT_LINEARS = ("gate", "router", "shared_expert_gate")
@@ -70,7 +72,5 @@ def quantizer(method: str | None):
     if method is None:
         return None
     if method not in METHODS:
-        from .convert_weights import ConvertError
-
         raise ConvertError(f"--quantize {method!r}: expected one of {', '.join(METHODS)}")
     return W8A8Int8()
