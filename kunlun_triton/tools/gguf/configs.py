@@ -2,7 +2,8 @@
 
 What the GGUF does not store, llama.cpp fixes per architecture (llama-model.cpp)
 and so does this: Gemma 3's sliding-window pattern (every 6th layer global) and
-local rope base (10000); Gemma's query scaling (1/sqrt(head_dim), but
+local rope base (10000), unless the file has ``attention.sliding_window_pattern``
+/ ``rope.freq_base_swa``; Gemma's query scaling (1/sqrt(head_dim), but
 1/sqrt(hidden/heads) for the 27B models: 46 layers for Gemma 2, 62 for Gemma 3);
 Qwen 3 MoE normalises its top-k routing weights, Qwen 2 MoE does not.
 """
@@ -124,7 +125,9 @@ def _gemma(keys, config):
     softcaps = {name: keys.get(name) for name in ("attn_logit_softcapping", "final_logit_softcapping")}
     out.update({k: (float(v) if v is not None else None) for k, v in softcaps.items()})
     if keys.arch == "gemma3":
-        out.update({"rope_local_base_freq": 10000.0, "sliding_window_pattern": 6})
+        pattern = keys.get("attention.sliding_window_pattern")  # newer files; llama.cpp's default is 6
+        out.update({"rope_local_base_freq": float(keys.get("rope.freq_base_swa", 10000.0)),
+                    "sliding_window_pattern": int(pattern) if isinstance(pattern, int) else 6})
     return out
 
 
