@@ -50,7 +50,7 @@ import torch
 # ConvertError, ConvertReport, Overflow, DTYPES: also this module's names for its callers
 from .checkpoint_files import (CONFIG_NAMES, DTYPES, ConvertError, ConvertReport, Overflow,  # noqa: F401
                                atomic_output_dir, cast_tensor, first_line, read_json, safetensors_api, umask)
-from .quantize_weights import quantizer
+from .quantize_weights import is_quantization_tensor, quantized_format, quantizer
 from .report import ProgressBar
 
 INDEX_NAME = "model.safetensors.index.json"
@@ -177,12 +177,32 @@ def convert(model_path, output, dtype="fp16", on_overflow="clamp", progress=True
     safe_open, save_file = safetensors_api()
     plan = _plan(safe_open, src)
     report = ConvertReport()
+    report.source_quantization = quantized_format(plan.config, _dtypes(safe_open, src, plan))
+    if report.source_quantization and quant is not None:
+        raise ConvertError(f"--quantize {quantize}: {src} is already quantized ({report.source_quantization}); "
+                           "give a float checkpoint; nothing written")
     with atomic_output_dir(out) as work:
         sizes = _convert_shards(safe_open, save_file, src, work, plan, target, dtype, on_overflow, report, progress,
                                 quant)  # fmt: skip
         _copy_the_rest(src, work, plan, target, sizes, report, quant)
         report.quantized = quant.quantized if quant is not None else 0
     return report
+
+
+def _dtypes(safe_open, src: Path, plan: Plan) -> dict:
+    """Every tensor's dtype, from the shard headers (slices read nothing)."""
+    dtypes = {}
+    for f in plan.files:
+        with safe_open(src / f, framework="pt") as handle:
+            for name in plan.names[f]:
+                dtypes[name] = handle.get_slice(name).get_dtype()
+    return {name: getattr(torch, _TORCH_NAMES.get(d, d.lower()), None) for name, d in dtypes.items()}
+
+
+# safetensors' dtype names -> torch's
+_TORCH_NAMES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64",
+                "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8", "BOOL": "bool",
+                "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2"}  # fmt: skip
 
 
 def _convert_shards(safe_open, save_file, src, work, plan, target, dtype, on_overflow, report, progress,
@@ -199,8 +219,13 @@ def _convert_shards(safe_open, save_file, src, work, plan, target, dtype, on_ove
                     if bar:
                         bar.update(done, f"{f}: {name}")
                     t = handle.get_tensor(name)
-                    new = quant.quantize(f, name, t) if quant is not None and quant.owns(name, t) else \
-                        {name: cast_tensor(name, t, target, on_overflow, report)}  # fmt: skip
+                    if report.source_quantization and is_quantization_tensor(name):
+                        report.kept.append((name, str(t.dtype).replace("torch.", "")))  # scales keep their dtype
+                        new = {name: t}
+                    elif quant is not None and quant.owns(name, t):
+                        new = quant.quantize(f, name, t)
+                    else:
+                        new = {name: cast_tensor(name, t, target, on_overflow, report)}
                     tensors.update(new)
                     sizes += sum(v.numel() * v.element_size() for v in new.values())
                     done += 1
@@ -279,6 +304,9 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print("\ninterrupted; nothing written", file=sys.stderr)
         return 130
+    if report.source_quantization:
+        print(f"the source is already quantized ({report.source_quantization}): its quantized weights and scales "
+              f"are copied unchanged, other floating-point tensors converted")
     if args.quantize:
         print(f"quantized {report.quantized} linear weights to {args.quantize} (int8 + fp32 per-channel scales)")
     print(f"converted {report.converted} floating-point tensors to {args.dtype}; kept {len(report.kept)} as they were")
