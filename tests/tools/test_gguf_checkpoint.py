@@ -205,7 +205,7 @@ def _fake_model(tmp_path, monkeypatch):
                               size, digest, "a test model", "none")
     monkeypatch.setattr(models, "MODELS", {"tiny": model})
     monkeypatch.setattr(gguf_checkpoint, "write_tokenizer",
-                        lambda src, work: (work / "tokenizer.json").write_text("{}"))
+                        lambda src, work: (work / "tokenizer.json").write_text("{}") and "test")
     return models, wheel, src
 
 

@@ -53,7 +53,7 @@ def split_model(tmp_path, monkeypatch):
     model = models.KnownModel(VERSION, tuple(parts), "split.gguf", len(blob), hashlib.sha256(blob).hexdigest(),
                               "a split test model", "none")
     monkeypatch.setattr(models, "MODELS", {"split": model})
-    monkeypatch.setattr(gguf_convert, "write_tokenizer", lambda src, work: (work / "tokenizer.json").write_text("{}"))
+    monkeypatch.setattr(gguf_convert, "write_tokenizer", lambda src, work: (work / "tokenizer.json").write_text("{}") and "test")
     monkeypatch.setenv("PIP_NO_INDEX", "1")
     monkeypatch.setenv("PIP_FIND_LINKS", str(index))
     monkeypatch.setenv("KUNLUN_TRITON_MODEL_DIR", str(tmp_path / "cache"))  # main() without a root

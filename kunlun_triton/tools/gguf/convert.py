@@ -79,12 +79,14 @@ def convert_gguf(gguf_file, output, dtype="bf16", progress=True, tokenizer=True,
     with atomic_output_dir(out) as work:
         _write_tensors(reader, arch, config, work, target, progress, on_overflow)
         dtype_name = CONFIG_NAMES[target]
-        (work / "config.json").write_text(json.dumps({**config, "torch_dtype": dtype_name, "dtype": dtype_name},
-                                                     indent=2) + "\n")
+        written = {**config, "torch_dtype": dtype_name, "dtype": dtype_name}
+        if tokenizer:
+            # the version that wrote the tokenizer: without one, transformers >= 5 suspects any local
+            # tokenizer of Mistral's old pre-tokenizer regex and warns on every load
+            written["transformers_version"] = write_tokenizer(src, work)
+        (work / "config.json").write_text(json.dumps(written, indent=2) + "\n")
         generation = {k: config[k] for k in ("bos_token_id", "eos_token_id", "pad_token_id") if k in config}
         (work / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n")
-        if tokenizer:
-            write_tokenizer(src, work)
     return config
 
 

@@ -9,8 +9,10 @@ from pathlib import Path
 from ..checkpoint_files import ConvertError, first_line
 
 
-def write_tokenizer(src: Path, work: Path) -> None:
+def write_tokenizer(src: Path, work: Path) -> str:
+    """Writes the tokenizer files into `work`; returns the transformers version that wrote them."""
     try:
+        import transformers
         from transformers import AutoTokenizer
     except ImportError as exc:
         raise ConvertError(
@@ -21,3 +23,4 @@ def write_tokenizer(src: Path, work: Path) -> None:
     except Exception as exc:
         raise ConvertError(f"{src}: its tokenizer cannot be converted ({first_line(exc)})") from None
     tok.save_pretrained(str(work))
+    return transformers.__version__
