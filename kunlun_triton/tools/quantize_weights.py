@@ -16,11 +16,20 @@ gains ``quantization_config: {"quant_method": "w8a8_int8", ...}``, which
 SGLang reads to pick the method (``--quantization w8a8_int8`` matches it);
 an index gets the scale tensors' entries. Everything else (containment,
 atomicity, validation before writing) is `convert_weights`'s.
+
+A source that is already quantized (`quantized_format`: a
+``quantization_config`` in config.json, or integer / fp8 weights next to
+``*_scale`` tensors) is refused by ``--quantize`` naming what was found;
+without ``--quantize`` its quantized weights and its scales are copied with
+their dtypes unchanged (a scale cast to fp16 loses precision and is not what
+the format's loader expects).
 """
 
 from __future__ import annotations
 
 import torch
+
+from .checkpoint_files import ConvertError
 
 METHODS = ("w8a8-int8",)
 # Linear layers SGLang builds without a quant config (MoE routers) keep their floats.
@@ -66,11 +75,32 @@ class W8A8Int8:
         return {**index, "weight_map": {**index["weight_map"], **self.added}}
 
 
+SCALE_SUFFIXES = ("_scale", "_scale_inv", "_scales", ".scales", "_zero_point", ".qzeros")
+QUANTIZED_DTYPES = (torch.int8, torch.uint8, torch.int32, torch.float8_e4m3fn, torch.float8_e5m2)
+
+
+def is_quantization_tensor(name: str) -> bool:
+    """A scale (or zero point) of a quantized checkpoint: kept as it is by any conversion."""
+    return name.endswith(SCALE_SUFFIXES)
+
+
+def quantized_format(config: dict | None, tensors: dict) -> str | None:
+    """What quantization a source checkpoint already has, in words, or None.
+    `tensors`: name -> dtype (of every tensor, read from the headers)."""
+    quant = (config or {}).get("quantization_config")
+    if isinstance(quant, dict) and quant:
+        return f"quantization_config.quant_method {quant.get('quant_method', '(none given)')!r}"
+    scales = [n for n in tensors if is_quantization_tensor(n)]
+    low = sorted({str(d).replace("torch.", "") for n, d in tensors.items() if d in QUANTIZED_DTYPES
+                  and n.endswith(".weight")})  # fmt: skip
+    if scales and low:
+        return f"{'/'.join(low)} weights with {len(scales)} scale tensors (e.g. {scales[0]})"
+    return None
+
+
 def quantizer(method: str | None):
     if method is None:
         return None
     if method not in METHODS:
-        from .convert_weights import ConvertError
-
         raise ConvertError(f"--quantize {method!r}: expected one of {', '.join(METHODS)}")
     return W8A8Int8()

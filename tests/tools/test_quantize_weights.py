@@ -83,3 +83,55 @@ def test_unknown_method_is_refused_before_anything(tmp_path):
     with pytest.raises(convert_weights.ConvertError, match="--quantize 'int4'"):
         convert_weights.convert(tmp_path / "src", tmp_path / "out", quantize="int4", progress=False)
     assert not (tmp_path / "out").exists()
+
+
+def _quantized(tmp_path):
+    _checkpoint(tmp_path / "src")
+    assert cli_main(["convert-weights", "--model-path", str(tmp_path / "src"), "--output", str(tmp_path / "w8"),
+                     "--dtype", "bf16", "--quantize", "w8a8-int8", "--quiet"]) == 0  # fmt: skip
+    return tmp_path / "w8"
+
+
+def _tensors(path):
+    index = json.loads((path / "model.safetensors.index.json").read_text())
+    out = {}
+    for shard in set(index["weight_map"].values()):
+        out.update(safetensors_torch.load_file(str(path / shard)))
+    return out
+
+
+def test_quantizing_a_quantized_checkpoint_is_refused_naming_its_format(tmp_path, capsys):
+    """Issue 39 item 6: it used to "quantize 0 linear weights" and rewrite the fp32 scales as fp16."""
+    w8 = _quantized(tmp_path)
+    capsys.readouterr()
+    assert cli_main(["convert-weights", "--model-path", str(w8), "--output", str(tmp_path / "again"),
+                     "--quantize", "w8a8-int8", "--quiet"]) == 1  # fmt: skip
+    err = capsys.readouterr().err
+    assert "already quantized (quantization_config.quant_method 'w8a8_int8')" in err and "nothing written" in err
+    assert not (tmp_path / "again").exists()
+    # no quantization_config: found from the tensors themselves
+    config = json.loads((w8 / "config.json").read_text())
+    del config["quantization_config"]
+    (w8 / "config.json").write_text(json.dumps(config))
+    with pytest.raises(convert_weights.ConvertError, match=r"already quantized \(int8 weights with 3 scale tensors"):
+        convert_weights.convert(w8, tmp_path / "again", quantize="w8a8-int8", progress=False)
+    assert not (tmp_path / "again").exists()
+
+
+def test_a_quantized_checkpoint_converts_with_weights_and_scales_unchanged(tmp_path, capsys):
+    w8 = _quantized(tmp_path)
+    before = _tensors(w8)
+    capsys.readouterr()
+    assert cli_main(["convert-weights", "--model-path", str(w8), "--output", str(tmp_path / "fp16"),
+                     "--dtype", "fp16", "--quiet"]) == 0  # fmt: skip
+    assert "already quantized (quantization_config.quant_method 'w8a8_int8')" in capsys.readouterr().out
+    after = _tensors(tmp_path / "fp16")
+    assert set(after) == set(before)
+    for name in LINEAR:
+        assert after[name].dtype == torch.int8 and torch.equal(after[name], before[name])
+        scale = after[name + "_scale"]
+        assert scale.dtype == torch.float32 and torch.equal(scale, before[name + "_scale"]), name
+    for name in KEPT:
+        assert after[name].dtype == torch.float16
+    config = json.loads((tmp_path / "fp16" / "config.json").read_text())
+    assert config["quantization_config"]["quant_method"] == "w8a8_int8" and config["torch_dtype"] == "float16"

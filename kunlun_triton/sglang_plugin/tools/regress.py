@@ -4,8 +4,14 @@ The seed's practice for real models (0.5B, 7B, 14B): fixed prompts through
 the chat template, greedy decoding on SGLang on the kunlun platform, and a
 golden file of what came out::
 
-    kunlun-triton regress --model-path DIR --record --golden smollm2.json   # on a reference
-    kunlun-triton regress --model-path DIR --golden smollm2.json            # later, or on your card
+    kunlun-triton regress --model DIR --record --golden my-model.json   # on a reference
+    kunlun-triton regress --model DIR --golden my-model.json            # later, or on your card
+    kunlun-triton regress --model qwen2.5-0.5b --golden tests/regression/golden/qwen2.5-0.5b-fp32.json
+
+``--model`` is any checkpoint directory (an operator's own 7B or 14B) or a
+known model's name (``kunlun-triton models list``: fetched first). Every
+argument and the golden file are checked before an engine starts, one line
+per problem (kunlun_triton/tools/regress_args.py).
 
 The golden file holds, per case: the prompt's token ids (a tokenizer change
 shows up), the greedy output ids, and the top-5 (token id, logprob) at every
@@ -18,7 +24,9 @@ comparison checks, per case:
   golden token, and every token in both top-5 lists has a logprob within
   ``--atol`` nats of the golden one.
 
-Exit status 0 when everything agrees, 1 with one line per disagreement.
+Each case prints pass or FAIL with its TTFT and TPOT, then one line per
+disagreement. Exit status 0 when everything agrees, 1 when something does not,
+2 for bad arguments.
 """
 
 from __future__ import annotations
@@ -146,25 +154,30 @@ def run_cases(engine, tokenizer, names: list, max_new_tokens: int) -> dict:
     return {n: {"input_ids": p, **r} for n, p, r in zip(names, prompts, results)}
 
 
-def compare(golden: dict, engine, tokenizer, atol: float) -> list:
-    """Problems between a golden file and this engine (empty: all agree)."""
+def compare_cases(golden: dict, engine, tokenizer, atol: float):
+    """({case: [problems]}, this engine's runs) between a golden file and this engine."""
     names = list(golden["cases"])
     current = run_cases(engine, tokenizer, names, golden["max_new_tokens"])
-    problems = []
+    problems = {n: [] for n in names}
     for n in names:
         want, got = golden["cases"][n], current[n]
         if got["input_ids"] != want["input_ids"]:
-            problems.append(f"{n}: the prompt encodes differently (tokenizer or chat template changed)")
+            problems[n].append(f"{n}: the prompt encodes differently (tokenizer or chat template changed)")
             continue
         if got["output_ids"] != want["output_ids"]:
             at = next(i for i, (a, b) in enumerate(zip(got["output_ids"] + [None], want["output_ids"])) if a != b)
-            problems.append(f"{n}: greedy output differs from step {at}: {got['output_ids'][at:at + 4]} vs golden "
-                            f"{want['output_ids'][at:at + 4]}")
+            problems[n].append(f"{n}: greedy output differs from step {at}: {got['output_ids'][at:at + 4]} vs "
+                               f"golden {want['output_ids'][at:at + 4]}")
     forced = teacher_forced(engine, [golden["cases"][n]["input_ids"] for n in names],
                             [golden["cases"][n]["output_ids"] for n in names])
     for n, steps in zip(names, forced):
-        problems += compare_top5(golden["cases"][n]["top5"], steps, atol, f"{n} (teacher-forced)")
-    return problems
+        problems[n] += compare_top5(golden["cases"][n]["top5"], steps, atol, f"{n} (teacher-forced)")
+    return problems, current
+
+
+def compare(golden: dict, engine, tokenizer, atol: float) -> list:
+    """Problems between a golden file and this engine (empty: all agree)."""
+    return [p for found in compare_cases(golden, engine, tokenizer, atol)[0].values() for p in found]
 
 
 def dump_golden(data: dict) -> str:
@@ -200,8 +213,12 @@ def start_engine(model_path: str, dtype: str, tp_size: int = 1, **kwargs):
 
 
 def main(argv=None) -> int:
+    from ..tools.models import MODELS, FetchError, fetch
+    from ..tools.regress_args import USAGE_ERROR, check, result_line
+
     parser = argparse.ArgumentParser(prog="kunlun-triton regress", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model-path", required=True)
+    parser.add_argument("--model", "--model-path", dest="model", required=True,
+                        help=f"a checkpoint directory, or a known model ({', '.join(MODELS)}: fetched first)")
     parser.add_argument("--golden", help="the golden file (default with --record: regress-<model>-<dtype>.json)")
     parser.add_argument("--record", action="store_true", help="write the golden file instead of comparing")
     parser.add_argument("--dtype", default="float32")
@@ -211,45 +228,54 @@ def main(argv=None) -> int:
     parser.add_argument("--max-new-tokens", type=int, default=16)
     parser.add_argument("--atol", type=float, default=DEFAULT_ATOL, help="logprob tolerance in nats")
     args = parser.parse_args(argv)
+    label = Path(args.model).name
+    args.golden = args.golden or f"regress-{label}-{args.dtype}.json"
+    golden, errors = check(args, tuple(MODELS), tuple(CASES))
+    if errors:
+        print("\n".join(f"error: {e}" for e in errors), file=sys.stderr)
+        raise SystemExit(USAGE_ERROR)
     names = [n.strip() for n in args.cases.split(",") if n.strip()]
-    unknown = [n for n in names if n not in CASES]
-    if unknown or not names:
-        parser.error(f"--cases: unknown {unknown or names}; known: {', '.join(CASES)}")
-    golden_path = Path(args.golden or f"regress-{Path(args.model_path).name}-{args.dtype}.json")
-    if args.record and golden_path.exists():
-        parser.error(f"--golden {golden_path} exists; refusing to overwrite it (remove it first)")
-    if not args.record and not golden_path.is_file():
-        parser.error(f"--golden {golden_path} is not a file (record one first with --record)")
-    golden = None if args.record else json.loads(golden_path.read_text())
+    golden_path = Path(args.golden)
+    model_path = args.model
+    if args.model in MODELS and not Path(args.model).exists():
+        try:
+            model_path = str(fetch(args.model, "bf16" if args.dtype == "bfloat16" else "fp32"))
+        except FetchError as exc:
+            print(f"error: --model {args.model}: {exc}", file=sys.stderr)
+            return 1
 
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(args.model_path)
-    engine = start_engine(args.model_path, args.dtype, args.tp_size)
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    engine = start_engine(model_path, args.dtype, args.tp_size)
     try:
         if args.record:
             import sglang
 
             cases = run_cases(engine, tokenizer, names, args.max_new_tokens)
-            data = {"model": Path(args.model_path).name, "dtype": args.dtype, "tp_size": args.tp_size,
+            data = {"model": Path(model_path).name, "dtype": args.dtype, "tp_size": args.tp_size,
                     "sglang": sglang.__version__, "max_new_tokens": args.max_new_tokens, "top": TOP,
                     "note": "ttft_s/tpot_s are information, never compared", "cases": cases}
             golden_path.write_text(dump_golden(data))
+            print(f"{label}: recorded")
             for n, c in cases.items():
-                print(f"{n}: {tokenizer.decode(c['output_ids'])!r} (TTFT {c['ttft_s']} s, TPOT {c['tpot_s']} s)")
+                print(f"{result_line(n, [], c).replace(' pass ', ' ')}  {tokenizer.decode(c['output_ids'])!r}")
             print(f"wrote {golden_path}")
             return 0
-        problems = compare(golden, engine, tokenizer, args.atol)
+        problems, current = compare_cases(golden, engine, tokenizer, args.atol)
     finally:
         engine.shutdown()
-    for p in problems:
-        print(p)
+    print(f"{label} ({args.dtype}, TP {args.tp_size}) against {golden_path}:")
+    for n in golden["cases"]:
+        print(result_line(n, problems[n], current[n]))
+    found = [p for n in golden["cases"] for p in problems[n]]
+    for p in found:
+        print(f"  {p}")
     n = len(golden["cases"])
-    print(f"{n} case(s) x {golden['max_new_tokens']} tokens: " + (f"{len(problems)} problem(s)" if problems else
+    print(f"{n} case(s) x {golden['max_new_tokens']} tokens: " + (f"{len(found)} problem(s)" if found else
                                                                   "all agree with the golden file"))
-    return 1 if problems else 0
+    return 1 if found else 0
 
 
 if __name__ == "__main__":
     sys.exit(main())
-
