@@ -23,8 +23,8 @@ import pytest
 from kt_regression_support import FULL
 from test_regression_sglang_smollm2 import conversations
 
-from kunlun_triton.sglang_plugin.regress import CASES as PROMPTS
-from kunlun_triton.sglang_plugin.regress import compare_top5, encode, greedy, run_cases, teacher_forced
+from kunlun_triton.sglang_plugin.tools.regress import CASES as PROMPTS
+from kunlun_triton.sglang_plugin.tools.regress import compare_top5, encode, greedy, run_cases, teacher_forced
 
 pytestmark = pytest.mark.regression
 

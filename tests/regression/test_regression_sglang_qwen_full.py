@@ -26,7 +26,7 @@ import pytest
 import torch
 from stats import chi_square_p_value
 
-from kunlun_triton.sglang_plugin.regress import CASES, encode, teacher_forced
+from kunlun_triton.sglang_plugin.tools.regress import CASES, encode, teacher_forced
 
 pytestmark = pytest.mark.regression
 

@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from kunlun_triton.sglang_plugin import regress
+from kunlun_triton.sglang_plugin.tools import regress
 
 STEP = [[5, -0.1], [7, -2.5]]
 GOOD = {"model": "m", "dtype": "float32", "max_new_tokens": 2,
