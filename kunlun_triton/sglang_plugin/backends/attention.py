@@ -257,6 +257,7 @@ class KunlunTritonAttnBackend(AttentionBackend):
             unified_kv=meta.unified_kv,
             k_scale=k_scale,
             v_scale=v_scale,
+            sinks=kwargs.get("sinks"),  # gpt-oss: a per-head sink logit (its layer passes it; None elsewhere)
             **({} if meta.custom_mask is None else dict(custom_mask=meta.custom_mask, mask_indptr=meta.mask_indptr)),
         )
         return o
@@ -297,5 +298,6 @@ class KunlunTritonAttnBackend(AttentionBackend):
             workspace=workspace,
             k_scale=k_scale,
             v_scale=v_scale,
+            sinks=kwargs.get("sinks"),
         )
         return o
