@@ -11,14 +11,11 @@ from __future__ import annotations
 
 from ..introspect.aot import aot_target  # noqa: F401 (a lowering test's companion of LOWERING_TARGETS)
 from ..runtime import Target
+from ..runtime.capabilities import default_target, target_names_where
 
-# Target "torch" has no file of its own: it reads default.yaml.
-SHIPPED_TARGETS = (
-    Target("cuda", "sm_90", "cuda", "test"),
-    Target("hip", "gfx942", "cuda", "test"),
-    Target("kunlun", "p800", "cuda", "test"),
-    Target("torch", "cpu", "cpu", "test"),
-)
+# The device targets on their default parts, and "torch", which has no file of
+# its own (it reads default.yaml).
+SHIPPED_TARGETS = tuple(default_target(name, "test") for name in (*target_names_where(lambda c: c.device), "torch"))
 
 
 def target_id(target: Target) -> str:
@@ -28,8 +25,4 @@ def target_id(target: Target) -> str:
 # Targets whose launch plans are compiled ahead of time by the lowering tests.
 # No Kunlun compiler is reachable here: Kunlun's plans (tl.sum formulation,
 # LOAD_IGNORES_OTHER) are compiled for sm_90 as a proxy.
-LOWERING_TARGETS = (
-    Target("cuda", "sm_90", "cuda", "test"),
-    Target("hip", "gfx942", "cuda", "test"),
-    Target("kunlun", "p800", "cuda", "test"),
-)
+LOWERING_TARGETS = tuple(default_target(name, "test") for name in target_names_where(lambda c: c.device))
