@@ -117,10 +117,10 @@ def test_w8a8_int8_floor(qwen, hf_qwen, engines, tmp_path_factory):
     from kunlun_triton.tools.convert_weights import convert
 
     out = tmp_path_factory.mktemp("w8a8") / "qwen-w8a8"
-    convert(qwen, out, dtype="fp32", quantize="w8a8-int8", progress=False)
+    convert(qwen, out, dtype="fp16", quantize="w8a8-int8", progress=False)  # SGLang: w8a8_int8 in fp16/bf16 only
     prompts = [encode(hf_qwen.tokenizer, CASES[n]) + hf_qwen.greedy(encode(hf_qwen.tokenizer, CASES[n]), 8)[0]
                for n in NAMES]
-    engine = engines.get(str(out), quantization="w8a8_int8", page_size=1, disable_radix_cache=True)
+    engine = engines.get(str(out), dtype="float16", quantization="w8a8_int8", page_size=1, disable_radix_cache=True)
     ours = _teacher_forced_all(engine, prompts)
     same = total = 0
     diffs = []
