@@ -42,7 +42,9 @@ SAMPLING_PROMPT = "Here is a list of random English nouns: apple, river, candle,
 DRAWS = 256
 SAMPLING = {"top_k": {"top_k": 20}, "top_p": {"top_p": 0.8}, "min_p": {"min_p": 0.05}}
 TEMPERATURE = 1.5
-W8A8_TOP1_FLOOR, W8A8_LOGPROB_CEILING = 0.75, 0.30  # the SmolLM2 floors (docs/quantization.md); see the print
+# measured: top-1 0.947 (126 / 133 teacher-forced steps), mean |logprob diff| 0.077 against float32;
+# the floors allow about 13 more flips and twice the mean
+W8A8_TOP1_FLOOR, W8A8_LOGPROB_CEILING = 0.85, 0.15
 # (top-1 floor, mean |logprob diff| ceiling) against the bf16 pool, 63 positions, measured through the
 # kernels (interpreter, CPU): e4m3 0.952 (60) / 0.172, e5m2 0.873 (55) / 0.344; the bf16 pool vs HF's
 # own attention 0.937 / 0.027. Margins as SmolLM2's: about 6 more flips of 63, 1.5x the mean.
