@@ -6,7 +6,8 @@ start is a minute or more on 2 cores.
   greedy tokens. The oracle is HF's forward in float32 on the same
   bf16-rounded weights (issue 39 item 7: HF's own bf16 forward moves with the
   CPU's bf16 matmul code path; the float32 one does not): top-1 equal at
-  every step, top-5 logprobs within the SmolLM2 bound (0.1 nat);
+  every step, top-5 logprobs within 0.2 nat (1.6 bf16 ulps of a logit in
+  [16, 32); measured 0.130);
 - sampling over the full 151,936-token vocabulary: top-k, top-p and min-p
   (each alone, temperature 1.5) on a prompt with a broad next-token
   distribution, 256 draws each against the distribution HF's own logits
@@ -17,7 +18,8 @@ start is a minute or more on 2 cores.
   floors measured here;
 - fp8 KV cache (no engine: HF's model with every attention layer through our
   store_kv + extend_attention, tools/kv_cache_accuracy.py): top-1 agreement
-  and mean |logprob difference| against the bf16 pool held to floors.
+  and mean |logprob difference| against the bf16 pool held to floors
+  measured here, e4m3 nearer than e5m2.
 """
 
 from __future__ import annotations
@@ -32,13 +34,21 @@ pytestmark = pytest.mark.regression
 
 NAMES = ["english", "chinese", "code"]
 BF16_NEW = 8
-BF16_ATOL = 0.1  # nat: the SmolLM2 bf16 bound (tests/sglang_plugin/test_sglang_bf16_first_token.py)
+# nat. Measured 0.130 (top-1 equal at all 24 steps), above SmolLM2's 0.1: SGLang's bf16 logits sit on
+# the bf16 grid, whose step is 0.125 for logits in [16, 32) (issue 39 item 7), so the bound is in
+# those ulps: 1.6 of them. A truncating bf16 store moved SmolLM2's logprobs by 0.4.
+BF16_ATOL = 0.2
 SAMPLING_PROMPT = "Here is a list of random English nouns: apple, river, candle,"
 DRAWS = 256
 SAMPLING = {"top_k": {"top_k": 20}, "top_p": {"top_p": 0.8}, "min_p": {"min_p": 0.05}}
 TEMPERATURE = 1.5
-W8A8_TOP1_FLOOR, W8A8_LOGPROB_CEILING = 0.75, 0.30  # the SmolLM2 floors (docs/quantization.md)
-FP8_BOUNDS = {"fp8_e4m3": (0.85, 0.16), "fp8_e5m2": (0.80, 0.30)}  # the SmolLM2 floors, quick form
+# measured: top-1 0.947 (126 / 133 teacher-forced steps), mean |logprob diff| 0.077 against float32;
+# the floors allow about 13 more flips and twice the mean
+W8A8_TOP1_FLOOR, W8A8_LOGPROB_CEILING = 0.85, 0.15
+# (top-1 floor, mean |logprob diff| ceiling) against the bf16 pool, 63 positions, measured through the
+# kernels (interpreter, CPU): e4m3 0.952 (60) / 0.172, e5m2 0.873 (55) / 0.344; the bf16 pool vs HF's
+# own attention 0.937 / 0.027. Margins as SmolLM2's: about 6 more flips of 63, 1.5x the mean.
+FP8_BOUNDS = {"fp8_e4m3": (0.85, 0.26), "fp8_e5m2": (0.75, 0.52)}
 
 
 @pytest.fixture(scope="module")
@@ -109,10 +119,10 @@ def test_w8a8_int8_floor(qwen, hf_qwen, engines, tmp_path_factory):
     from kunlun_triton.tools.convert_weights import convert
 
     out = tmp_path_factory.mktemp("w8a8") / "qwen-w8a8"
-    convert(qwen, out, dtype="fp32", quantize="w8a8-int8", progress=False)
+    convert(qwen, out, dtype="fp16", quantize="w8a8-int8", progress=False)  # SGLang: w8a8_int8 in fp16/bf16 only
     prompts = [encode(hf_qwen.tokenizer, CASES[n]) + hf_qwen.greedy(encode(hf_qwen.tokenizer, CASES[n]), 8)[0]
                for n in NAMES]
-    engine = engines.get(str(out), quantization="w8a8_int8", page_size=1, disable_radix_cache=True)
+    engine = engines.get(str(out), dtype="float16", quantization="w8a8_int8", page_size=1, disable_radix_cache=True)
     ours = _teacher_forced_all(engine, prompts)
     same = total = 0
     diffs = []
@@ -133,8 +143,11 @@ def test_fp8_kv_cache_floor(qwen_bf16, monkeypatch):
     model, tokenizer = acc.load(qwen_bf16)
     ids = acc.text_ids(tokenizer, 64)
     lps = acc.forwards(model, ids)
-    for label, (floor, ceiling) in FP8_BOUNDS.items():
-        r = acc.agreement(label, lps[label], lps["model"], ids)
+    results = {label: acc.agreement(label, lps[label], lps["model"], ids) for label in FP8_BOUNDS}
+    for label, r in results.items():
         print(f"\nQwen2.5-0.5B {label} vs bf16 pool: top-1 {r.top1:.3f}, mean |dlogprob| {r.mean_abs_logprob_diff:.3f}")
+    for label, r in results.items():
+        floor, ceiling = FP8_BOUNDS[label]
         assert r.top1 >= floor and r.mean_abs_logprob_diff <= ceiling, r
         assert r.mean_abs_logprob_diff > 0
+    assert results["fp8_e4m3"].mean_abs_logprob_diff < results["fp8_e5m2"].mean_abs_logprob_diff
