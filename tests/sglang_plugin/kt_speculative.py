@@ -114,3 +114,24 @@ def lossless_prompts(hf):
     assert len(long) > 2 * CHUNK
     repeats = hf.encode("one two three four one two three four one two three four one two")
     return prefix, [prefix + hf.encode(" the same tokens."), long, repeats]
+
+
+# Sampled requests of every kind in one batch (issue 39: the first one used to kill the scheduler).
+SAMPLED = [{"temperature": 0.8}, {"temperature": 1.0, "top_k": 5}, {"temperature": 0.7, "top_p": 0.9},
+           {"temperature": 1.2, "min_p": 0.1}, {"temperature": 0.9, "top_k": 20, "top_p": 0.8, "min_p": 0.05}]
+SAMPLED_OPS = ("tree_speculative_sampling_target_only", "top_k_renorm_probs", "top_p_renorm_probs")
+
+
+def sampled_between_greedy(engine, hf, greedy_out):
+    """Sampled requests through the speculative verify on our kernels, then the
+    first greedy request again: the same tokens as before them."""
+    from kt_sglang_support import output_ids
+
+    prompts = lossless_prompts(hf)[1]
+    batch = [prompts[i % len(prompts)] for i in range(len(SAMPLED))]
+    outs = engine.generate(input_ids=batch, sampling_params=[{**p, "max_new_tokens": NEW, "ignore_eos": True}
+                                                             for p in SAMPLED])  # fmt: skip
+    assert all(len(output_ids(o)) == NEW for o in outs), [output_ids(o) for o in outs]
+    assert sum(o["meta_info"]["spec_verify_ct"] for o in outs) > 0
+    again = engine.generate(input_ids=prompts[0], sampling_params=greedy_params())
+    assert output_ids(again) == output_ids(greedy_out)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import pytest
 
 from kt_sglang_support import output_ids
-from kt_speculative import CHUNK, NEW, greedy_params, lossless_prompts
+from kt_speculative import CHUNK, NEW, SAMPLED_OPS, greedy_params, lossless_prompts, sampled_between_greedy
 
 
 
@@ -96,7 +96,12 @@ def test_eagle_tree_with_a_random_head_is_lossless(tiny_llama, hf, engines, mode
                          speculative_eagle_topk=2, speculative_num_draft_tokens=5)  # fmt: skip
     outs = _lossless(engine, hf, page=1)
     assert _accept_length(outs) >= 1.0  # random drafts: mostly rejected, the verify's own token kept
+    sampled_between_greedy(engine, hf, outs[0])  # a tree verified by rejection sampling on our kernels
     phases = _phases(engine)
+    from kunlun_triton.sglang_plugin.report import engine_dispatch_report
+
+    ops = engine_dispatch_report(engine)[0]["ops"]
+    assert all(ops[op]["calls"].get("triton", 0) > 0 for op in SAMPLED_OPS), {op: ops.get(op) for op in SAMPLED_OPS}
     assert phases["target_verify"]["ops"]["extend_attention(custom_mask)"] > 0  # a tree: the mask in the kernel
     assert "extend_attention" not in phases["target_verify"]["ops"]
     assert phases["draft_extend"]["ops"]["extend_attention"] > 0  # the head, fed the target's hidden states

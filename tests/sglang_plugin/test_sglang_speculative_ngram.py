@@ -29,7 +29,7 @@ from __future__ import annotations
 import pytest
 from kt_models_table import check_or_write_row, kernels_since, op_calls, refusals
 from kt_sglang_support import output_ids
-from kt_speculative import CHUNK, NEW, greedy_params, lossless_prompts
+from kt_speculative import CHUNK, NEW, SAMPLED_OPS, greedy_params, lossless_prompts, sampled_between_greedy
 
 from kunlun_triton.runtime.env import env_choice
 
@@ -67,25 +67,6 @@ def _lossless(engine, hf, page):
     return outs + [again]
 
 
-# Sampled requests of every kind in one batch (issue 39: the first one used to kill the scheduler).
-SAMPLED = [{"temperature": 0.8}, {"temperature": 1.0, "top_k": 5}, {"temperature": 0.7, "top_p": 0.9},
-           {"temperature": 1.2, "min_p": 0.1}, {"temperature": 0.9, "top_k": 20, "top_p": 0.8, "min_p": 0.05}]
-SAMPLED_OPS = ("tree_speculative_sampling_target_only", "top_k_renorm_probs", "top_p_renorm_probs")
-
-
-def _sampled_between_greedy(engine, hf, greedy_out):
-    """Sampled requests through the speculative verify on our kernels, then the
-    first greedy request again: the same tokens as before them."""
-    prompts = lossless_prompts(hf)[1]
-    batch = [prompts[i % len(prompts)] for i in range(len(SAMPLED))]
-    outs = engine.generate(input_ids=batch, sampling_params=[{**p, "max_new_tokens": NEW, "ignore_eos": True}
-                                                             for p in SAMPLED])  # fmt: skip
-    assert all(len(output_ids(o)) == NEW for o in outs), [output_ids(o) for o in outs]
-    assert sum(o["meta_info"]["spec_verify_ct"] for o in outs) > 0
-    again = engine.generate(input_ids=prompts[0], sampling_params=greedy_params())
-    assert output_ids(again) == output_ids(greedy_out)
-
-
 def _served(algorithm, page):
     spec = (f"`--speculative-algorithm NGRAM` (6 draft tokens, breadth {_breadth(page)})" if algorithm == "NGRAM" else
             "`--speculative-algorithm STANDALONE` (the target as its draft, 3 steps, topk 1)")  # fmt: skip
@@ -108,7 +89,7 @@ def test_speculative_greedy_equals_hf_and_drafts_are_accepted(arch, algorithm, p
     engine = engines.get(path, page_size=page, chunked_prefill_size=CHUNK, **options)
     before = op_calls(engine_dispatch_report(engine)[0]["ops"])
     outs = _lossless(engine, hf, page)
-    _sampled_between_greedy(engine, hf, outs[0])
+    sampled_between_greedy(engine, hf, outs[0])
 
     verify = sum(o["meta_info"]["spec_verify_ct"] for o in outs)
     correct = sum(o["meta_info"]["spec_num_correct_drafts"] for o in outs)

@@ -22,13 +22,14 @@ from ..platform.names import ATTENTION_BACKEND
 def make_multi_step_draft_backend(model_runner, topk: int, speculative_num_steps: int):
     """The draft's multi-step decode: SGLang's container (its index builder,
     its per-step loop), our backend for every step."""
-    import torch
-    from sglang.srt.runtime_context import get_parallel, get_schedule
-    from sglang.srt.speculative.spec_utils import resolve_draft_decode_window
+    # Function-level: SGLang's Triton backend and ours (with its kernels) load
+    # only when a draft model is built on kunlun_triton, not in every process
+    # this module's hook is installed in.
+    from sglang.srt.layers.attention.triton_backend import TritonMultiStepDraftBackend
 
     from ..backends.attention import KunlunTritonAttnBackend
 
-    class KunlunMultiStepDraftBackend(_multi_step_base()):
+    class KunlunMultiStepDraftBackend(TritonMultiStepDraftBackend):
         def __init__(self, model_runner, topk, speculative_num_steps):  # noqa: D401 (SGLang's fields, our backends)
             self.topk = topk
             self.speculative_num_steps = speculative_num_steps
