@@ -213,8 +213,8 @@ def start_engine(model_path: str, dtype: str, tp_size: int = 1, **kwargs):
 
 
 def main(argv=None) -> int:
-    from ..tools.models import MODELS, FetchError, fetch
-    from ..tools.regress_args import USAGE_ERROR, check, result_line
+    from ...tools.models import MODELS, FetchError, fetch
+    from ...tools.regress_args import USAGE_ERROR, check, result_line
 
     parser = argparse.ArgumentParser(prog="kunlun-triton regress", description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", "--model-path", dest="model", required=True,
