@@ -54,7 +54,7 @@ def test_checkpoint_equals_transformers_gguf_loader(smollm2):
 
     from kunlun_triton.tools.models import MODELS, cache_root
 
-    gguf_file = cache_root() / "downloads" / Path(MODELS["smollm2"].member).name
+    gguf_file = cache_root() / "downloads" / MODELS["smollm2"].gguf
     ours = load_file(str(Path(smollm2) / "model.safetensors"))
     with torch.device("meta"):  # transformers maps GGUF names through a model's; no weights needed
         skeleton = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(smollm2))
