@@ -97,8 +97,8 @@ def test_serve_prints_the_plan_then_the_scheduler_report(server, server_log):
     plan = text[text.index("routing plan"):]
     for point in TOUCHPOINTS:  # one line per touchpoint of the install table
         assert f"{point.name} " in plan and point.sglang in plan, point.name
-    assert "kunlun_triton (platform default): --attention-backend kunlun_triton -> decode_attention" in plan
-    assert "kunlun_triton (platform default): --sampling-backend kunlun_triton -> greedy, sample" in plan
+    assert "kunlun_triton (platform default): --attention-backend kunlun_triton -> store_kv, decode_attention, extend_attention" in plan
+    assert "kunlun_triton (platform default): --sampling-backend kunlun_triton -> sample, greedy" in plan
     assert "RotaryEmbedding(+subclasses) -> rms_norm, fused_add_rms_norm, silu_and_mul" in plan
     assert "-> off (tp_size 1)" in plan
     report = text[text.index("scheduler dispatch report"):]
