@@ -69,19 +69,7 @@ def attend(q, k, v, q_pos, k_pos, sm_scale, logit_cap=0.0, sliding_window=None, 
     `sinks` [Hq]: each head's sink logit joins its softmax (module docstring)."""
     if sinks is not None:
         return _attend_with_sinks(q, k, v, q_pos, k_pos, sm_scale, logit_cap, sliding_window, allowed, sinks)
-    group = q.shape[1] // k.shape[1]
-    qf = q.float().transpose(0, 1)  # [Hq, m, D]
-    kf = k.float().repeat_interleave(group, dim=1).transpose(0, 1)  # [Hq, n, D]
-    vf = v.float().repeat_interleave(group, dim=1).transpose(0, 1)  # [Hq, n, Dv]
-    scores = torch.matmul(qf, kf.transpose(1, 2)) * sm_scale  # [Hq, m, n]
-    if logit_cap and logit_cap > 0:
-        scores = logit_cap * torch.tanh(scores / logit_cap)
-    visible = k_pos[None, :] <= q_pos[:, None]
-    if allowed is not None:
-        visible &= allowed
-    window = window_or_none(sliding_window)
-    if window is not None:
-        visible &= (q_pos[:, None] - k_pos[None, :]) <= window
+    scores, visible, vf = _scores(q, k, v, q_pos, k_pos, sm_scale, logit_cap, sliding_window, allowed)
     scores = scores.masked_fill(~visible[None], float("-inf"))
     probs = torch.softmax(scores, dim=-1)
     # rows with no visible key: softmax of all -inf is NaN; they output 0. (A
@@ -96,12 +84,10 @@ def attend(q, k, v, q_pos, k_pos, sm_scale, logit_cap=0.0, sliding_window=None, 
     return out.transpose(0, 1)  # [m, Hq, Dv]
 
 
-def _attend_with_sinks(q, k, v, q_pos, k_pos, sm_scale, logit_cap, sliding_window, allowed, sinks):
-    """`attend` with a sink: the keys plus one extra key per head, always
-    visible, whose score is sinks[h] whatever the query and whose value row
-    is zeros. A row that sees no real key gets the sink alone: 0."""
-    m, hq, n = q.shape[0], q.shape[1], k.shape[0]
-    group = hq // k.shape[1]
+def _scores(q, k, v, q_pos, k_pos, sm_scale, logit_cap, sliding_window, allowed):
+    """Per-head scores [Hq, m, n] (soft-capped), which keys each query sees
+    [m, n] (causal, tree mask, window), and the values per head [Hq, n, Dv]."""
+    group = q.shape[1] // k.shape[1]
     qf = q.float().transpose(0, 1)  # [Hq, m, D]
     kf = k.float().repeat_interleave(group, dim=1).transpose(0, 1)  # [Hq, n, D]
     vf = v.float().repeat_interleave(group, dim=1).transpose(0, 1)  # [Hq, n, Dv]
@@ -114,6 +100,15 @@ def _attend_with_sinks(q, k, v, q_pos, k_pos, sm_scale, logit_cap, sliding_windo
     window = window_or_none(sliding_window)
     if window is not None:
         visible &= (q_pos[:, None] - k_pos[None, :]) <= window
+    return scores, visible, vf
+
+
+def _attend_with_sinks(q, k, v, q_pos, k_pos, sm_scale, logit_cap, sliding_window, allowed, sinks):
+    """`attend` with a sink: the keys plus one extra key per head, always
+    visible, whose score is sinks[h] whatever the query and whose value row
+    is zeros. A row that sees no real key gets the sink alone: 0."""
+    m, hq, n = q.shape[0], q.shape[1], k.shape[0]
+    scores, visible, vf = _scores(q, k, v, q_pos, k_pos, sm_scale, logit_cap, sliding_window, allowed)
     sink_column = sinks.float().view(hq, 1, 1).expand(hq, m, 1)
     scores = torch.cat([scores.masked_fill(~visible[None], float("-inf")), sink_column], dim=2)  # [Hq, m, n + 1]
     probs = torch.softmax(scores, dim=-1)[..., :n]  # the sink's share is dropped with its zero value
