@@ -8,7 +8,8 @@ from here (the tolerances production code reads live in
   comparison with a reference.
 - `assert_lowers` (with `KernelSpec`, what it takes): prove kernels lower for
   CUDA sm_90 and HIP gfx942 without a device.
-- `SHIPPED_TARGETS`, `target_id`: run an op with another target's configs;
+- `SHIPPED_TARGETS`, `shipped_target`, `target_id`: run an op with another
+  target's configs;
   `LOWERING_TARGETS`, `aot_target`: the targets whose launch plans the
   lowering tests compile, and what each compiles for.
 
@@ -17,7 +18,7 @@ Imports nothing beyond torch and triton (no hypothesis).
 
 from ..introspect.aot import KernelSpec
 from .lowering import assert_lowers
-from .targets import LOWERING_TARGETS, SHIPPED_TARGETS, aot_target, target_id
+from .targets import LOWERING_TARGETS, SHIPPED_TARGETS, aot_target, shipped_target, target_id
 from .tolerances import TOLERANCES, assert_close, max_abs_error, tolerance
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "assert_close",
     "assert_lowers",
     "max_abs_error",
+    "shipped_target",
     "target_id",
     "tolerance",
 ]

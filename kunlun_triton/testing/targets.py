@@ -18,6 +18,12 @@ from ..runtime.capabilities import default_target, target_names_where
 SHIPPED_TARGETS = tuple(default_target(name, "test") for name in (*target_names_where(lambda c: c.device), "torch"))
 
 
+def shipped_target(name: str) -> Target:
+    """The shipped target called `name` (``SHIPPED_TARGETS``' order is
+    ``TARGET_NAMES``', which a test should not have to know)."""
+    return next(target for target in SHIPPED_TARGETS if target.name == name)
+
+
 def target_id(target: Target) -> str:
     """A pytest id: ``cuda-sm_90``."""
     return f"{target.name}-{target.arch}"

@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import os
 
+from ...runtime.env import env_str
 from .names import LOGGER
 
 logger = logging.getLogger(LOGGER)
@@ -67,7 +68,7 @@ def split_cpus(cpus: list[int], ranks: int) -> str:
 
 def bind_rank_threads(server_args, numa_nodes: int) -> None:
     ranks = ranks_on_this_host(server_args)
-    if ranks <= numa_nodes or os.environ.get(THREADS_BIND):
+    if ranks <= numa_nodes or env_str(THREADS_BIND):
         return
     value = split_cpus(list(os.sched_getaffinity(0)), ranks)
     os.environ[THREADS_BIND] = value  # the schedulers SGLang starts next inherit it

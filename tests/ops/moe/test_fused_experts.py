@@ -21,7 +21,7 @@ import kunlun_triton
 from kunlun_triton.ops import fused_experts
 from kunlun_triton.ops.moe import reference
 from kunlun_triton.runtime import FLOAT_DTYPES, clear_config_cache, get_config
-from kunlun_triton.testing import SHIPPED_TARGETS, assert_close, target_id
+from kunlun_triton.testing import SHIPPED_TARGETS, assert_close, shipped_target, target_id
 
 fused_module = importlib.import_module("kunlun_triton.ops.moe.fused_experts")
 
@@ -174,7 +174,7 @@ def test_kunlun_masked_loads_zeroed_after_the_load(monkeypatch):
     """With Kunlun's capability profile (masked loads may ignore other=, no
     tl.dot) the kernels zero masked lanes with tl.where and use the sum
     formulation: ragged H and I still give the oracle's answer."""
-    kunlun = kunlun_triton.runtime.capabilities(SHIPPED_TARGETS[2])
+    kunlun = kunlun_triton.runtime.capabilities(shipped_target("kunlun"))
     assert kunlun.load_ignores_other and not kunlun.has_dot
     monkeypatch.setattr(fused_module, "capabilities", lambda target=None: kunlun)
     clear_config_cache()  # plans are cached per target: forget the ones built with this target's own profile

@@ -13,7 +13,7 @@ from kunlun_triton.introspect.sass import kernel_cost
 from kunlun_triton.ops.sampling import ops, renorm, tree_sampling
 from kunlun_triton.ops.spec import all_specs
 from kunlun_triton.runtime import get_config
-from kunlun_triton.testing import SHIPPED_TARGETS, assert_lowers
+from kunlun_triton.testing import assert_lowers, shipped_target
 
 # Run again in the sglang stage, on the Triton SGLang brings (scripts/test.sh).
 pytestmark = pytest.mark.lowering
@@ -34,7 +34,7 @@ def test_every_op_has_its_kernels():
 
 
 def test_sampling_kernels_lower():
-    cuda, kunlun = SHIPPED_TARGETS[0], SHIPPED_TARGETS[2]
+    cuda, kunlun = shipped_target("cuda"), shipped_target("kunlun")
     assert (cuda.name, kunlun.name) == ("cuda", "kunlun")
     specs = all_specs(("sampling",))
     # the last round's decide_kernel holds all of the others' code
@@ -53,7 +53,7 @@ def test_tree_speculative_sampling_lowers_without_spills(draft):
     """The verify kernel at vocab 151936 for EAGLE's usual 8 draft tokens and
     a 64-token tree: sm_90 (CUDA's plan and Kunlun's masked loads) and
     gfx942, every build without a spill."""
-    cuda, hip, kunlun = SHIPPED_TARGETS[0], SHIPPED_TARGETS[1], SHIPPED_TARGETS[2]
+    cuda, hip, kunlun = (shipped_target(name) for name in ("cuda", "hip", "kunlun"))
     assert (cuda.name, hip.name, kunlun.name) == ("cuda", "hip", "kunlun")
     op = "tree_speculative_sampling_target_only"
     jobs = [(tree_sampling.tree_kernel_specs(4, draft, 4, VOCAB, get_config(op, target=t, vocab=VOCAB), target=t), aot)

@@ -22,7 +22,7 @@ from kunlun_triton.ops import sampling as api
 from kunlun_triton.ops.sampling import ops
 from kunlun_triton.ops.sampling import reference as ref
 from kunlun_triton.runtime import get_config
-from kunlun_triton.testing import SHIPPED_TARGETS
+from kunlun_triton.testing import shipped_target
 
 ALPHA = 1e-5
 VOCAB = 151936
@@ -44,7 +44,7 @@ def _ref_probs(logits, temp, top_k, top_p, min_p):
 
 
 def test_a_batch_of_one_spreads_over_many_programs():
-    cuda = SHIPPED_TARGETS[0]
+    cuda = shipped_target("cuda")
     config = ops._config("sample", VOCAB, get_config("sample", target=cuda, vocab=VOCAB))
     plan = ops.sample_plan(1, VOCAB, config, target=cuda)
     n_blocks, launches = plan.n_blocks, plan.launches
