@@ -100,7 +100,7 @@ def tree_speculative_sampling_kernel(
     cur = masked_load(next_token_ptr + base, live, -1, IGNORES_OTHER)
     active = live & (cur != -1) & ((accepted + 1) < num_spec)  # S = 1: only the draw
     slots = tl.arange(0, BLOCK_D)[None, :]
-    rejected = tl.full([BLOCK_R, BLOCK_D], -1, tl.int64)
+    rejected = tl.full([BLOCK_R, BLOCK_D], -1, tl.int32)  # token ids < 2**31: half the registers of int64
     n_rejected = tl.zeros([BLOCK_R], tl.int32)
     for _step in range(num_draft):
         if tl.max(active.to(tl.int32), axis=0) > 0:
@@ -113,7 +113,7 @@ def tree_speculative_sampling_kernel(
             drop = active & ~take
             # SGLang's record of a rejection: the draft row takes the target's mass there
             tl.store(draft_ptr + q_off, q, mask=drop)
-            rejected = tl.where(drop[:, None] & (slots == n_rejected[:, None]), token[:, None], rejected)
+            rejected = tl.where(drop[:, None] & (slots == n_rejected[:, None]), token[:, None].to(tl.int32), rejected)
             n_rejected += drop.to(tl.int32)
             ret = masked_load(retrive_index_ptr + node, take, 0, IGNORES_OTHER)
             tl.store(predicts_ptr + last_ret, token.to(tl.int32), mask=take)
