@@ -6,7 +6,8 @@ The seam, by where data flows (docs/design.md, "the SGLang seam"):
 - ``platform/``: what SGLang asks first: activation (the entry points below),
   the platform classes, server-argument defaults, the version window,
   conflicts with other distributions, the mode (``mode.py``: development mode
-  state), our names inside SGLang (``names.py``), the request guard;
+  state), our names inside SGLang (``names.py``), the request guard,
+  SGLang's per-model rules as they apply here (``model_rules.py``);
 - ``backends/``: what SGLang's model runner calls per step: attention,
   sampling, the KV pool (and paged allocator);
 - ``layers/``: forward hooks on SGLang's layers: fused ops, MoE,

@@ -124,6 +124,21 @@ def register_cli_choices() -> None:
     _accept_deterministic_inference()
 
 
+def _hook_model_allow_lists() -> None:
+    import importlib
+
+    from .platform.model_rules import ALLOW_LIST_HOOK, backends_for_allow_lists
+
+    module_name, name = ALLOW_LIST_HOOK.rsplit(".", 1)
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError:
+        module = None
+    if not hasattr(module, name):
+        return  # an SGLang of the window that checks backends otherwise: its lists stay as they are
+    _hook(ALLOW_LIST_HOOK, backends_for_allow_lists, "AROUND")
+
+
 def _hook_batch_invariant_mode() -> None:
     from .layers.batch_invariant import enable_batch_invariant_mode, murmur_hash32
 
@@ -269,6 +284,10 @@ TOUCHPOINTS = (
                "choices.add_deterministic_attention_backend_choices, add_radix_supported_..._choices",
                f"--enable-deterministic-inference with --attention-backend {ATTENTION_BACKEND} (radix cache kept): "
                "fixed decode split tiles, unified extend", "plugin", _accept_deterministic_inference),
+    Touchpoint("per-model backend lists", "hook", "arg_groups.model_hook.attention_backends_of (AROUND)",
+               "gpt-oss's list of attention backends with sinks and sliding windows reads ours as SGLang's "
+               "Triton one (platform/model_rules.py; its MoE runner pinned to triton there too)", "plugin",
+               _hook_model_allow_lists),
     Touchpoint("batch-invariant ops", "hook", f"{BATCH_INVARIANT_HOOK}, {SAMPLING_HASH_HOOK} (AROUND)",
                "development mode: host row-GEMV + SGLang's log-softmax/mean kernels for CPU, SGLang's Triton "
                "sampling hash on host tensors; a card: SGLang's own", "platform", _hook_batch_invariant_mode),

@@ -61,6 +61,7 @@ ROWS = [
                          "soft-capping)",
         hf_config_changes={"attn_implementation": "eager"}, ops=("logit_softcap",)),
     Row("deepseek_v2", ops=("moe_topk", "fused_experts")),
+    Row("gpt_oss", ops=("moe_topk", "fused_experts")),  # sinks, sliding/full layers, biased clamped-SwiGLU experts
     Row("qwen2"),  # test_sglang_engine_qwen2_tp.py's tp1 engine
 ]  # fmt: skip
 COMMON_OPS = ("extend_attention", "decode_attention", "store_kv", "rotary_embedding", "greedy")

@@ -11,8 +11,10 @@ apply there as anywhere).
 Anything our ops do not compute falls back per call to the class's
 ``forward_native`` (what our platform ran before): custom routing
 functions, fused shared-expert slots, EPLB remapping, sqrtsoftplus
-scoring, padded (CUDA-graph) batches, SwiGLU-OAI limits, expert biases,
-non-gated or exotic activations. What cannot run on our target at all fails
+scoring, padded (CUDA-graph) batches, SwiGLU-OAI's ``swiglu_limit`` alone,
+non-gated or exotic activations. gpt-oss's experts (biases, interleaved
+gate/up rows, the clamped SwiGLU of ``gemm1_alpha`` / ``gemm1_clamp_limit``)
+run fused_experts' epilogues. What cannot run on our target at all fails
 at start with an error saying so (`check_server_args`, `check_model`):
 expert parallelism, an MoE runner backend other than triton, and quantized
 MoE other than W8A8-INT8 (SGLang's kernels for those are CUDA-only).
@@ -97,9 +99,9 @@ def _topk_forward(self, hidden_states, router_logits, *, num_token_non_padded=No
 
 def _ours_can_run(self, layer, dispatch_output, int8: bool) -> bool:
     """Whether fused_experts computes what this MoE layer's call asks (else
-    the caller falls back): standard top-k output, a gated silu/gelu, no
-    clamps, biases or interleaved weights, x's dtype matching the experts'
-    (int8 experts: a float x, SGLang's W8A8-INT8)."""
+    the caller falls back): standard top-k output, a gated silu/gelu (with
+    gpt-oss's biases and clamped SwiGLU, or without), x's dtype matching the
+    experts' (int8 experts: a float x, SGLang's W8A8-INT8)."""
     from sglang.srt.layers.moe.topk import TopKOutputChecker
 
     cfg = self.moe_runner_config
@@ -110,10 +112,9 @@ def _ours_can_run(self, layer, dispatch_output, int8: bool) -> bool:
         or cfg.activation not in ("silu", "gelu", "gelu_tanh")
         or not cfg.is_gated
         or cfg.no_combine
-        or cfg.gemm1_alpha is not None
-        or cfg.gemm1_clamp_limit is not None
+        or (cfg.gemm1_alpha is not None) != (cfg.gemm1_clamp_limit is not None)  # SwiGLU-OAI: both
+        or (cfg.gemm1_alpha is not None and cfg.activation != "silu")
         or cfg.swiglu_limit is not None
-        or getattr(self, "with_bias", False)
         or getattr(self, "w13_swiglu_interleaved", False)
         or x.dim() != 2
         or not dtype_ok
@@ -132,7 +133,9 @@ def _run_fused_experts(self, layer, dispatch_output, **quant):
         topk_output.topk_ids, activation=cfg.activation,
         apply_router_weight_on_input=bool(cfg.apply_router_weight_on_input),
         out=dispatch_output.hidden_states if cfg.inplace else None,  # as SGLang's Triton runner
-        check=dev_mode() and layer.moe_ep_size == 1, **quant,
+        check=dev_mode() and layer.moe_ep_size == 1, b1=getattr(layer, "w13_weight_bias", None),
+        b2=getattr(layer, "w2_weight_bias", None), gemm1_alpha=cfg.gemm1_alpha, gemm1_limit=cfg.gemm1_clamp_limit,
+        **quant,
     )  # fmt: skip
     scale = cfg.routed_scaling_factor
     if is_cuda() and scale not in (None, 1.0) and not layer.should_fuse_routed_scaling_factor_in_topk:

@@ -21,6 +21,7 @@ from ..layers.moe import check_server_args
 from ..speculative.algorithms import apply_speculative_defaults
 from .names import ATTENTION_BACKEND, LOGGER, SAMPLING_BACKEND
 from .dev_mode_defaults import apply_dev_mode_defaults
+from .model_rules import pin_moe_runner
 from .support import check_support, check_tensor_parallel_heads
 
 logger = logging.getLogger(LOGGER)
@@ -77,6 +78,10 @@ def apply_defaults(platform, server_args) -> None:
         server_args.attention_backend = ATTENTION_BACKEND
     if _user_left_unset(server_args, "sampling_backend", ("pytorch",)):
         server_args.sampling_backend = SAMPLING_BACKEND
+    if server_args.attention_backend == ATTENTION_BACKEND:
+        # Our backend reads one MHA pool (sliding layers mask by position): no hybrid SWA pools.
+        server_args.disable_hybrid_swa_memory = True
+        pin_moe_runner(server_args, (getattr(server_args, "moe_runner_backend", None) or "auto") == "auto")
     check_tensor_parallel_heads(server_args)
     check_support(server_args, ours=server_args.attention_backend == ATTENTION_BACKEND)
     apply_speculative_defaults(server_args)

@@ -67,11 +67,6 @@ def _sparse_mla(args, config):
     return "DeepSeek sparse attention (DSA: the config's index_topk)" if config.get("index_topk") else None
 
 
-def _attention_sinks(args, config):
-    sinks = config.get("model_type") in ("gpt_oss",) or config.get("use_attention_sinks")
-    return "attention sinks (learned per-head sink logits)" if sinks else None
-
-
 def _deterministic_mla(args, config):
     # Deterministic extend reads the whole sequence from the cache (unified
     # mode); an MLA prefill arrives as multi-head attention, not in the cache.
@@ -97,8 +92,6 @@ UNSUPPORTED = (
     Unsupported("quantized KV cache other than fp8", _quantized_kv,
                 "use --kv-cache-dtype auto (the KV cache in the model's dtype), fp8_e4m3 or fp8_e5m2"),
     Unsupported("sparse MLA (DSA)", _sparse_mla,
-                "serve it with --attention-backend torch_native, or on a GPU with SGLang's own backends"),
-    Unsupported("attention sinks", _attention_sinks,
                 "serve it with --attention-backend torch_native, or on a GPU with SGLang's own backends"),
     Unsupported("deterministic MLA", _deterministic_mla,
                 "drop --enable-deterministic-inference, or serve it with SGLang's own backends on a GPU"),

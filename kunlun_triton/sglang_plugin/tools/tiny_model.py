@@ -1,4 +1,4 @@
-"""Tiny random checkpoints (Llama, Qwen2/3, Qwen3-MoE, Mixtral, Mistral, Phi-3, Gemma-2, DeepSeek-V2) built locally.
+"""Tiny random checkpoints (Llama, Qwen2/3, Qwen3-MoE, Mixtral, Mistral, Phi-3, Gemma-2, DeepSeek-V2, gpt-oss) built locally.
 
 No hub access: the config is written by hand, the weights are random (seeded),
 and the tokenizer is a byte-level BPE trained with `tokenizers` on a small
@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ...runtime.env import env_str
 
-ARCHS = ("llama", "qwen2", "qwen3", "qwen3_moe", "mixtral", "mistral", "phi3", "gemma2", "deepseek_v2")
+ARCHS = ("llama", "qwen2", "qwen3", "qwen3_moe", "mixtral", "mistral", "phi3", "gemma2", "deepseek_v2", "gpt_oss")
 # Sliding windows shorter than the test prompts, so the window changes the answer.
 WINDOW = 8
 # The MoE models: 8 experts, 2 per token, expert width 48 (24 per rank at TP 2: not a power of two).
@@ -134,6 +134,16 @@ def _config(arch: str, vocab_size: int, tokenizer):
             norm_topk_prob=False, tie_word_embeddings=False, rope_parameters=yarn,
             moe_layer_freq=1, scoring_func="softmax",  # DeepSeek's own config fields, read by SGLang
         )  # fmt: skip
+    if arch == "gpt_oss":
+        # Learned attention sinks, sliding/full layers, yarn rope (HF's default), 4 experts (top 2)
+        # with biases, interleaved gate/up and the clamped SwiGLU (alpha 1.702; limit 2, not gpt-oss's 7:
+        # this model's gate and up values stay under 7, and the clamp must change the answer).
+        yarn = {"rope_type": "yarn", "rope_theta": 150000.0, "factor": 4.0, "original_max_position_embeddings": 256,
+                "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False}
+        return transformers.GptOssConfig(head_dim=16, sliding_window=WINDOW, tie_word_embeddings=False,
+                                         layer_types=["sliding_attention", "full_attention"], num_local_experts=4,
+                                         num_experts_per_tok=2, swiglu_limit=2.0, rope_parameters=yarn,
+                                         **{**common, "intermediate_size": MOE_INTERMEDIATE})  # fmt: skip
     return transformers.Qwen2Config(tie_word_embeddings=True, use_sliding_window=False, **common)
 
 
@@ -163,6 +173,10 @@ def build_tiny_model(out_dir, arch: str = "llama", seed: int = 0, overwrite: boo
                 p.uniform_(0.8, 1.2)  # non-trivial norm weights, still stable
             elif name.endswith("bias"):
                 p.normal_(0.0, 0.1)
+            elif name.endswith("sinks"):
+                # Far from zero, both signs: a sink that matters. bf16 values: SGLang's gpt-oss
+                # keeps its sinks in bf16 whatever the model's dtype (as the checkpoints store them).
+                p.copy_(torch.empty_like(p).uniform_(-4.0, 4.0).to(torch.bfloat16))
     model.generation_config.do_sample = False
     model.save_pretrained(str(out), safe_serialization=True)
     marker.write_text(json.dumps({"arch": arch, "seed": seed, "vocab_size": len(tokenizer)}))

@@ -1,0 +1,51 @@
+"""SGLang's per-model rules, as they apply on the kunlun platform.
+
+SGLang 0.5.23 keeps, per architecture, lists of the attention backends a
+model may run on and a choice of MoE runner, written for its own backends
+and CUDA kernels:
+
+- gpt-oss (``model_hook.handle_model_specific_adjustments``) asserts its
+  attention backend is one of SGLang's that serve attention sinks and
+  sliding windows (``triton``, ``fa3``, ...). Ours serves both (the sink in
+  the softmax of decode and extend, the window per layer as SGLang passes
+  it), so for the models listed in `SERVED_LIKE_SGLANG_TRITON` the check
+  reads our backend under the name of SGLang's Triton backend, whose
+  features it matches. Other models' lists are left alone.
+- gpt-oss's override picks the ``triton_kernel`` MoE runner (the
+  ``triton_kernels`` package's CUDA kernels, which also transpose the
+  expert weights) whenever that package imports. On our platform its
+  experts run `fused_experts` through SGLang's Triton runner's layout, so
+  `pin_moe_runner` pins ``triton`` when the user left the runner unset.
+"""
+
+from __future__ import annotations
+
+from .names import ATTENTION_BACKEND
+from .support import model_config
+
+ALLOW_LIST_HOOK = "sglang.srt.arg_groups.model_hook.attention_backends_of"
+SERVED_LIKE_SGLANG_TRITON = ("GptOssForCausalLM",)
+MOE_RUNNER_PINNED = {"GptOssForCausalLM": "triton"}
+
+
+def _architecture(server_args) -> str | None:
+    archs = model_config(getattr(server_args, "model_path", None)).get("architectures") or []
+    return archs[0] if archs else None
+
+
+def backends_for_allow_lists(original, cfg):
+    """``attention_backends_of`` as SGLang's per-model allow-lists see it (an
+    AROUND hook on model_hook's name only): our backend reads as ``triton``
+    for the architectures whose features it serves as SGLang's Triton does."""
+    prefill, decode = original(cfg)
+    if ATTENTION_BACKEND not in (prefill, decode) or _architecture(cfg) not in SERVED_LIKE_SGLANG_TRITON:
+        return prefill, decode
+    return tuple("triton" if backend == ATTENTION_BACKEND else backend for backend in (prefill, decode))
+
+
+def pin_moe_runner(server_args, left_unset: bool) -> None:
+    """The MoE runner of `MOE_RUNNER_PINNED`'s architectures when the user
+    left ``--moe-runner-backend`` unset (`left_unset`)."""
+    runner = MOE_RUNNER_PINNED.get(_architecture(server_args))
+    if runner and left_unset:
+        server_args.moe_runner_backend = runner
