@@ -139,6 +139,12 @@ def _hook_model_allow_lists() -> None:
     _hook(ALLOW_LIST_HOOK, backends_for_allow_lists, "AROUND")
 
 
+def _hook_gpt_oss_dtype() -> None:
+    from .platform.model_rules import GPT_OSS_INIT_HOOK, build_in_serving_dtype
+
+    _hook(GPT_OSS_INIT_HOOK, build_in_serving_dtype, "AROUND")
+
+
 def _hook_batch_invariant_mode() -> None:
     from .layers.batch_invariant import enable_batch_invariant_mode, murmur_hash32
 
@@ -288,6 +294,9 @@ TOUCHPOINTS = (
                "gpt-oss's list of attention backends with sinks and sliding windows reads ours as SGLang's "
                "Triton one (platform/model_rules.py; its MoE runner pinned to triton there too)", "plugin",
                _hook_model_allow_lists),
+    Touchpoint("gpt-oss serving dtype", "hook", "models.gpt_oss.GptOssForCausalLM.__init__ (AROUND)",
+               "gpt-oss's attention and router built in the serving dtype, not the checkpoint's "
+               "(platform/model_rules.py)", "platform", _hook_gpt_oss_dtype),
     Touchpoint("batch-invariant ops", "hook", f"{BATCH_INVARIANT_HOOK}, {SAMPLING_HASH_HOOK} (AROUND)",
                "development mode: host row-GEMV + SGLang's log-softmax/mean kernels for CPU, SGLang's Triton "
                "sampling hash on host tensors; a card: SGLang's own", "platform", _hook_batch_invariant_mode),
@@ -301,6 +310,11 @@ TOUCHPOINTS = (
                "quantization.unquant.UnquantizedFusedMoEMethod",
                "the router, unquantized FusedMoE experts (shared experts stay dense)",
                "plugin", _register_moe_forwards),
+    Touchpoint("MXFP4 experts", "registration",
+               "quantization.QUANTIZATION_METHODS['mxfp4'] (added at the platform's activation, once that module "
+               "has loaded), SRTPlatform.get_quantization_config",
+               "gpt-oss's MXFP4 checkpoints: experts kept 4-bit, decoded in fused_experts' GEMM loops "
+               "(use_mxfp4_w4a16)", "sglang"),
     Touchpoint("MoE support check", "platform hook", "SRTPlatform.apply_server_args_defaults / post_load_model",
                "a clear error at start for expert parallelism, non-triton MoE runners and quantized MoE", "sglang"),
     Touchpoint("W8A8-INT8 quantization", "hook",

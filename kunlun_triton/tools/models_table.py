@@ -28,6 +28,7 @@ QUANTIZED = {
     "LlamaForCausalLM, W8A8-INT8": "tests/sglang_plugin/test_sglang_w8a8_int8.py",
     "Qwen3MoeForCausalLM, W8A8-INT8": "tests/sglang_plugin/test_sglang_w8a8_int8.py",
     "LlamaForCausalLM, KV cache fp8_e4m3": "tests/sglang_plugin/test_sglang_fp8_kv.py",
+    "GptOssForCausalLM, MXFP4": "tests/sglang_plugin/test_sglang_gpt_oss_mxfp4.py",
 }
 # Then speculative decoding's rows, on the engines of the speculative tests.
 SPECULATIVE = {
@@ -58,8 +59,8 @@ def render_notes() -> str:
              "the feature and what to do:", ""]  # fmt: skip
     lines += [f"- {entry.key}: {entry.advice}." for entry in UNSUPPORTED]
     lines.append("- expert parallelism / MoE runners other than triton / quantized experts other than W8A8-INT8 "
-                 "(MoE models): use --tp-size, --moe-runner-backend auto, the unquantized or a w8a8_int8 "
-                 "checkpoint.")  # fmt: skip
+                 "and MXFP4 (MoE models): use --tp-size, --moe-runner-backend auto, the unquantized, a w8a8_int8 "
+                 "or an MXFP4 checkpoint.")  # fmt: skip
     return "\n".join(lines)
 
 

@@ -52,7 +52,7 @@ def test_quantized_or_expert_parallel_moe_layers_are_refused():
     model = torch.nn.Sequential(torch.nn.Linear(2, 2), _fake_moe_layer(plain), _fake_moe_layer(plain))
     assert moe.check_model(model) == 2
     model[2] = _fake_moe_layer(Fp8LikeMoEMethod())
-    with pytest.raises(moe.UnsupportedMoE, match="MoE layer 2 uses Fp8LikeMoEMethod.*unquantized or a w8a8_int8 checkpoint"):
+    with pytest.raises(moe.UnsupportedMoE, match="MoE layer 2 uses Fp8LikeMoEMethod.*unquantized, a w8a8_int8 or an MXFP4 checkpoint"):
         moe.check_model(model)
     model[2] = _fake_moe_layer(plain, ep_size=4)
     with pytest.raises(moe.UnsupportedMoE, match="layer 2 is expert-parallel"):

@@ -17,7 +17,8 @@ gate/up rows, the clamped SwiGLU of ``gemm1_alpha`` / ``gemm1_clamp_limit``)
 run fused_experts' epilogues. What cannot run on our target at all fails
 at start with an error saying so (`check_server_args`, `check_model`):
 expert parallelism, an MoE runner backend other than triton, and quantized
-MoE other than W8A8-INT8 (SGLang's kernels for those are CUDA-only).
+MoE other than W8A8-INT8 and MXFP4 (SGLang's kernels for those are
+CUDA-only; MXFP4 experts: layers/mxfp4.py).
 ``W8A8Int8MoEMethod.apply`` is hooked (`int8_experts_apply`, kunlun
 platform only) to run fused_experts with ``use_int8_w8a8``.
 
@@ -219,15 +220,17 @@ def check_model(model) -> int:
 
     from sglang.srt.layers.quantization.w8a8_int8 import W8A8Int8MoEMethod
 
+    from .mxfp4 import method_class
+
     layers = [(name, m) for name, m in model.named_modules() if isinstance(m, FusedMoE)]
     for name, layer in layers:
         method = type(layer.quant_method)
-        if method not in (UnquantizedFusedMoEMethod, W8A8Int8MoEMethod):
+        if method not in (UnquantizedFusedMoEMethod, W8A8Int8MoEMethod, method_class()):
             raise UnsupportedMoE(
                 f"kunlun-triton: MoE layer {name} uses {method.__name__} (a quantized or wrapped expert method); "
-                f"on target {current_target().name} only unquantized and W8A8-INT8 experts run (kunlun-triton's "
-                f"{_moe_ops()}). SGLang's other quantized MoE kernels are CUDA-only: serve the unquantized or a "
-                "w8a8_int8 checkpoint."
+                f"on target {current_target().name} only unquantized, W8A8-INT8 and MXFP4 experts run "
+                f"(kunlun-triton's {_moe_ops()}). SGLang's other quantized MoE kernels are CUDA-only: serve the "
+                "unquantized, a w8a8_int8 or an MXFP4 checkpoint."
             )
         if layer.moe_ep_size > 1:
             raise UnsupportedMoE(f"kunlun-triton: MoE layer {name} is expert-parallel (ep size "

@@ -99,15 +99,18 @@ def _activate() -> str | None:
 
 
 def _register_cli_choices() -> None:
-    """Our backend names in SGLang's argument choices, from activation: SGLang
+    """Our backend names in SGLang's argument choices (and ``mxfp4`` among its
+    quantization names: layers/mxfp4.py), from activation: SGLang
     skips our general plugin whenever SGLANG_PLATFORM is set (we register two
     platform names); the platform applies the rest itself (init_backend,
     apply_server_args_defaults)."""
     # Function-level: the install table reaches every hook module; SGLang
     # asks the entry point before it has resolved its platform.
     from ..install import register_cli_choices
+    from ..layers.mxfp4 import register_mxfp4_when_loaded
 
     register_cli_choices()
+    register_mxfp4_when_loaded()
 
 
 def register() -> None:

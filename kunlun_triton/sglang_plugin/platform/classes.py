@@ -139,6 +139,11 @@ class _KunlunSRTPlatformBase(SRTPlatform):
     def get_dispatch_key_name(self) -> str:
         return DISPATCH_KEY
 
+    def get_quantization_config(self, quantization):
+        from ..layers.mxfp4 import quantization_config  # function-level: see get_kv_pool_cls
+
+        return quantization_config(quantization)
+
     def get_kv_pool_cls(self, *, kind):
         # Function-level (as every backend and layer module here): SGLang asks
         # for the platform class while it resolves the platform, before

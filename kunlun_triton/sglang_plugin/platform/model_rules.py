@@ -16,6 +16,12 @@ and CUDA kernels:
   expert weights) whenever that package imports. On our platform its
   experts run `fused_experts` through SGLang's Triton runner's layout, so
   `pin_moe_runner` pins ``triton`` when the user left the runner unset.
+- gpt-oss builds its attention and router in the checkpoint's dtype
+  (``config.dtype``), not the dtype it serves in: where they differ (an
+  MXFP4 checkpoint is served in bf16, which development mode and targets
+  without complete bf16 serve in fp16) its first matmul fails on mixed
+  dtypes. `build_in_serving_dtype` builds it in the serving dtype (the
+  default dtype SGLang's loader sets while the model is constructed).
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from .names import ATTENTION_BACKEND
 from .support import model_config
 
 ALLOW_LIST_HOOK = "sglang.srt.arg_groups.model_hook.attention_backends_of"
+GPT_OSS_INIT_HOOK = "sglang.srt.models.gpt_oss.GptOssForCausalLM.__init__"
 SERVED_LIKE_SGLANG_TRITON = ("GptOssForCausalLM",)
 MOE_RUNNER_PINNED = {"GptOssForCausalLM": "triton"}
 
@@ -49,3 +56,12 @@ def pin_moe_runner(server_args, left_unset: bool) -> None:
     runner = MOE_RUNNER_PINNED.get(_architecture(server_args))
     if runner and left_unset:
         server_args.moe_runner_backend = runner
+
+
+def build_in_serving_dtype(original, self, config, *args, **kwargs):
+    """``GptOssForCausalLM.__init__`` (an AROUND hook, kunlun platform only)
+    with ``config.dtype`` the dtype the model is served in."""
+    import torch
+
+    config.dtype = torch.get_default_dtype()
+    return original(self, config, *args, **kwargs)

@@ -143,7 +143,7 @@ def _config(arch: str, vocab_size: int, tokenizer):
         return transformers.GptOssConfig(head_dim=16, sliding_window=WINDOW, tie_word_embeddings=False,
                                          layer_types=["sliding_attention", "full_attention"], num_local_experts=4,
                                          num_experts_per_tok=2, swiglu_limit=2.0, rope_parameters=yarn,
-                                         **{**common, "intermediate_size": MOE_INTERMEDIATE})  # fmt: skip
+                                         **{**common, "intermediate_size": 64})  # fmt: skip  (MXFP4: multiples of 32)
     return transformers.Qwen2Config(tie_word_embeddings=True, use_sliding_window=False, **common)
 
 
