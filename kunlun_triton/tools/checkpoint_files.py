@@ -41,6 +41,7 @@ class ConvertReport:
     copied: list = field(default_factory=list)
     skipped: list = field(default_factory=list)
     quantized: int = 0  # --quantize: linear weights written as int8 + scale
+    dequantized: int = 0  # --dequantize-mxfp4: expert tensors written as floats
     source_quantization: str | None = None  # what quantization the source already had, in words
 
 

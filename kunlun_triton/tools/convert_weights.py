@@ -28,7 +28,9 @@ an fp16 copy of a Hugging Face checkpoint into a new directory::
   gives new files (source modes are not copied).
 
 ``--quantize w8a8-int8`` also quantizes the decoder's linear weights into
-SGLang's ``w8a8_int8`` format (`quantize_weights`).
+SGLang's ``w8a8_int8`` format (`quantize_weights`); ``--dequantize-mxfp4``
+writes a gpt-oss MXFP4 checkpoint's experts as float tensors
+(`mxfp4_weights`).
 
 Needs the ``safetensors`` package (``pip install kunlun-triton[tools]``).
 ``--from-gguf FILE`` converts a llama.cpp GGUF file instead: see
@@ -50,6 +52,7 @@ import torch
 # ConvertError, ConvertReport, Overflow, DTYPES: also this module's names for its callers
 from .checkpoint_files import (CONFIG_NAMES, DTYPES, ConvertError, ConvertReport, Overflow,  # noqa: F401
                                atomic_output_dir, cast_tensor, first_line, read_json, safetensors_api, umask)
+from .mxfp4_weights import Mxfp4Dequantizer
 from .quantize_weights import is_quantization_tensor, quantized_format, quantizer
 from .report import ProgressBar
 
@@ -158,7 +161,8 @@ def _update_config(config: dict, dtype_name: str) -> dict:
     return config
 
 
-def convert(model_path, output, dtype="fp16", on_overflow="clamp", progress=True, quantize=None) -> ConvertReport:
+def convert(model_path, output, dtype="fp16", on_overflow="clamp", progress=True, quantize=None,
+            dequantize_mxfp4=False) -> ConvertReport:  # fmt: skip
     """Convert the checkpoint at `model_path` into the new directory `output`.
 
     Everything is read and validated first (paths, index and config JSON,
@@ -178,13 +182,17 @@ def convert(model_path, output, dtype="fp16", on_overflow="clamp", progress=True
     plan = _plan(safe_open, src)
     report = ConvertReport()
     report.source_quantization = quantized_format(plan.config, _dtypes(safe_open, src, plan))
+    mxfp4 = Mxfp4Dequantizer(safe_open, src, plan.names, plan.config) if dequantize_mxfp4 else None
+    if mxfp4 is not None and quant is not None:
+        raise ConvertError(f"--quantize {quantize} with --dequantize-mxfp4: not offered (gpt-oss's fused expert "
+                           "tensors have no W8A8-INT8 layout here); nothing written")  # fmt: skip
     if report.source_quantization and quant is not None:
         raise ConvertError(f"--quantize {quantize}: {src} is already quantized ({report.source_quantization}); "
                            "give a float checkpoint; nothing written")
     with atomic_output_dir(out) as work:
         sizes = _convert_shards(safe_open, save_file, src, work, plan, target, dtype, on_overflow, report, progress,
-                                quant)  # fmt: skip
-        _copy_the_rest(src, work, plan, target, sizes, report, quant)
+                                quant, mxfp4)  # fmt: skip
+        _copy_the_rest(src, work, plan, target, sizes, report, quant, mxfp4)
         report.quantized = quant.quantized if quant is not None else 0
     return report
 
@@ -206,7 +214,7 @@ _TORCH_NAMES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "b
 
 
 def _convert_shards(safe_open, save_file, src, work, plan, target, dtype, on_overflow, report, progress,
-                    quant=None) -> int:  # fmt: skip
+                    quant=None, mxfp4=None) -> int:  # fmt: skip
     """Cast and write every shard into `work`; returns the bytes written."""
     bar = ProgressBar(sum(len(v) for v in plan.names.values())) if progress else None
     done, sizes = 0, 0
@@ -219,7 +227,10 @@ def _convert_shards(safe_open, save_file, src, work, plan, target, dtype, on_ove
                     if bar:
                         bar.update(done, f"{f}: {name}")
                     t = handle.get_tensor(name)
-                    if report.source_quantization and is_quantization_tensor(name):
+                    if mxfp4 is not None and mxfp4.owns(name):
+                        new = mxfp4.convert(f, name, t, target)
+                        report.dequantized += len(new)
+                    elif report.source_quantization and is_quantization_tensor(name):
                         report.kept.append((name, str(t.dtype).replace("torch.", "")))  # scales keep their dtype
                         new = {name: t}
                     elif quant is not None and quant.owns(name, t):
@@ -252,7 +263,7 @@ def _convert_shards(safe_open, save_file, src, work, plan, target, dtype, on_ove
 
 
 def _copy_the_rest(src: Path, work: Path, plan: Plan, target, total_size: int, report: ConvertReport,
-                   quant=None) -> None:  # fmt: skip
+                   quant=None, mxfp4=None) -> None:  # fmt: skip
     for path in sorted(src.iterdir()):
         if path.name in plan.files:
             continue
@@ -261,10 +272,12 @@ def _copy_the_rest(src: Path, work: Path, plan: Plan, target, total_size: int, r
         elif path.name == "config.json" and plan.config is not None:
             config = _update_config(plan.config, CONFIG_NAMES[target])
             config = quant.update_config(config) if quant is not None else config
+            config = mxfp4.update_config(config) if mxfp4 is not None else config
             (work / path.name).write_text(json.dumps(config, indent=2) + "\n")
             report.copied.append(path.name)
         elif path.name == INDEX_NAME and plan.index is not None:
             index = quant.update_index(plan.index) if quant is not None else dict(plan.index)
+            index = mxfp4.update_index(index) if mxfp4 is not None else index
             index["metadata"] = {**(index.get("metadata") or {}), "total_size": total_size}
             (work / path.name).write_text(json.dumps(index, indent=2) + "\n")
             report.copied.append(path.name)
@@ -285,26 +298,35 @@ def build_parser() -> argparse.ArgumentParser:
                    help="values beyond the dtype's range: clamp them, or write nothing")
     p.add_argument("--quantize", choices=("w8a8-int8",), default=None,
                    help="also quantize the decoder's linear weights (SGLang's w8a8_int8 format)")
+    p.add_argument("--dequantize-mxfp4", action="store_true",
+                   help="write a gpt-oss MXFP4 checkpoint's experts as --dtype tensors (HF's layout)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     return p
 
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    if args.from_gguf and (args.quantize or args.dequantize_mxfp4):
+        flag = f"--quantize {args.quantize}" if args.quantize else "--dequantize-mxfp4"
+        print(f"error: {flag} applies to --model-path checkpoints: convert the GGUF file first, then convert "
+              "that checkpoint; nothing written", file=sys.stderr)  # fmt: skip
+        return 1
     if args.from_gguf:
         from .gguf.convert import run
 
         return run(args)
     try:
         report = convert(args.model_path, args.output, args.dtype, args.on_overflow, progress=not args.quiet,
-                         quantize=args.quantize)  # fmt: skip
+                         quantize=args.quantize, dequantize_mxfp4=args.dequantize_mxfp4)  # fmt: skip
     except ConvertError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("\ninterrupted; nothing written", file=sys.stderr)
         return 130
-    if report.source_quantization:
+    if args.dequantize_mxfp4:
+        print(f"dequantized {report.dequantized} MXFP4 expert tensors to {args.dtype}")
+    elif report.source_quantization:
         print(f"the source is already quantized ({report.source_quantization}): its quantized weights and scales "
               f"are copied unchanged, other floating-point tensors converted")
     if args.quantize:

@@ -85,3 +85,6 @@ SPECS = [
 def install(monkeypatch, specs=SPECS) -> None:
     """Make every tool see `specs` instead of the real op families."""
     monkeypatch.setattr(op_spec, "all_specs", lambda families=None: {s.name: s for s in specs})
+    # The config-key rules are built from all_specs on first use: built now, they
+    # would outlive the test (a later test's config file checked against fakes).
+    monkeypatch.setattr(op_spec.CONFIG_RULES, "_rules", None)
