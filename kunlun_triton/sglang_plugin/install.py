@@ -124,19 +124,26 @@ def register_cli_choices() -> None:
     _accept_deterministic_inference()
 
 
-def _hook_model_allow_lists() -> None:
+def _sglang_defines(*targets: str) -> bool:
+    """Whether this SGLang has every module-level `target` (``module.name``): a
+    hook on a name an older release of the window lacks is left out."""
     import importlib
 
+    for target in targets:
+        module_name, name = target.rsplit(".", 1)
+        try:
+            if not hasattr(importlib.import_module(module_name), name):
+                return False
+        except ImportError:
+            return False
+    return True
+
+
+def _hook_model_allow_lists() -> None:
     from .platform.model_rules import ALLOW_LIST_HOOK, backends_for_allow_lists
 
-    module_name, name = ALLOW_LIST_HOOK.rsplit(".", 1)
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError:
-        module = None
-    if not hasattr(module, name):
-        return  # an SGLang of the window that checks backends otherwise: its lists stay as they are
-    _hook(ALLOW_LIST_HOOK, backends_for_allow_lists, "AROUND")
+    if _sglang_defines(ALLOW_LIST_HOOK):  # else an SGLang that checks backends otherwise: its lists stay
+        _hook(ALLOW_LIST_HOOK, backends_for_allow_lists, "AROUND")
 
 
 def _hook_gpt_oss_dtype() -> None:
@@ -230,17 +237,10 @@ def _hook_deepseek_draft_head() -> None:
 
 
 def _hook_spec_tree() -> None:
-    import importlib
-
     from .speculative.tree import TREE_BUILD_HOOK, TREE_VERIFY_HOOK, build_tree_triton, verify_tree_greedy_triton
 
-    try:
-        module = importlib.import_module(TREE_BUILD_HOOK.rsplit(".", 1)[0])
-    except ImportError:
-        module = None
-    if not all(hasattr(module, t.rsplit(".", 1)[1]) for t in (TREE_BUILD_HOOK, TREE_VERIFY_HOOK)):
+    if not _sglang_defines(TREE_BUILD_HOOK, TREE_VERIFY_HOOK):
         return  # SGLang 0.5.21 keeps its tree kernels in eagle_utils: left as they are
-
     _hook(TREE_BUILD_HOOK, build_tree_triton, "AROUND")
     _hook(TREE_VERIFY_HOOK, verify_tree_greedy_triton, "AROUND")
 

@@ -84,10 +84,10 @@ def test_gpt_oss_reads_our_backend_as_sglangs_triton_in_its_allow_list_only(tmp_
     mixed = args("GptOssForCausalLM")
     mixed.prefill_attention_backend = "fa3"
     assert backends_for_allow_lists(original, mixed) == ("fa3", "triton")
-    pin_moe_runner(gpt_oss, left_unset=True)
-    pin_moe_runner(llama4, left_unset=True)
+    pin_moe_runner(gpt_oss)
+    pin_moe_runner(llama4)
     assert (gpt_oss.moe_runner_backend, llama4.moe_runner_backend) == ("triton", "auto")
     chosen = args("GptOssForCausalLM")
     chosen.moe_runner_backend = "triton_kernel"
-    pin_moe_runner(chosen, left_unset=False)
+    pin_moe_runner(chosen)
     assert chosen.moe_runner_backend == "triton_kernel"  # the user's choice (check_server_args refuses it)

@@ -10,9 +10,7 @@ taken before any rule ran).
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 
 import torch
 
@@ -22,7 +20,7 @@ from ..speculative.algorithms import apply_speculative_defaults
 from .names import ATTENTION_BACKEND, LOGGER, SAMPLING_BACKEND
 from .dev_mode_defaults import apply_dev_mode_defaults
 from .model_rules import pin_moe_runner
-from .support import check_support, check_tensor_parallel_heads
+from .support import check_support, check_tensor_parallel_heads, model_config
 
 logger = logging.getLogger(LOGGER)
 
@@ -48,11 +46,7 @@ def _user_left_unset(server_args, name, defaults_of_others) -> bool:
 
 
 def _model_dtype(model_path) -> str | None:
-    try:
-        with open(os.path.join(str(model_path), "config.json")) as f:
-            cfg = json.load(f)
-    except (OSError, ValueError, TypeError):
-        return None
+    cfg = model_config(model_path)
     return cfg.get("torch_dtype") or cfg.get("dtype")
 
 
@@ -81,7 +75,7 @@ def apply_defaults(platform, server_args) -> None:
     if server_args.attention_backend == ATTENTION_BACKEND:
         # Our backend reads one MHA pool (sliding layers mask by position): no hybrid SWA pools.
         server_args.disable_hybrid_swa_memory = True
-        pin_moe_runner(server_args, (getattr(server_args, "moe_runner_backend", None) or "auto") == "auto")
+        pin_moe_runner(server_args)
     check_tensor_parallel_heads(server_args)
     check_support(server_args, ours=server_args.attention_backend == ATTENTION_BACKEND)
     apply_speculative_defaults(server_args)

@@ -50,11 +50,12 @@ def backends_for_allow_lists(original, cfg):
     return tuple("triton" if backend == ATTENTION_BACKEND else backend for backend in (prefill, decode))
 
 
-def pin_moe_runner(server_args, left_unset: bool) -> None:
-    """The MoE runner of `MOE_RUNNER_PINNED`'s architectures when the user
-    left ``--moe-runner-backend`` unset (`left_unset`)."""
+def pin_moe_runner(server_args) -> None:
+    """The MoE runner of `MOE_RUNNER_PINNED`'s architectures when
+    ``--moe-runner-backend`` is left at ``auto`` (a runner the user chose
+    stays, and `layers.moe.check_server_args` judges it)."""
     runner = MOE_RUNNER_PINNED.get(_architecture(server_args))
-    if runner and left_unset:
+    if runner and (getattr(server_args, "moe_runner_backend", None) or "auto") == "auto":
         server_args.moe_runner_backend = runner
 
 
