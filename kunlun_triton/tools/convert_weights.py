@@ -30,7 +30,8 @@ an fp16 copy of a Hugging Face checkpoint into a new directory::
 ``--quantize w8a8-int8`` also quantizes the decoder's linear weights into
 SGLang's ``w8a8_int8`` format (`quantize_weights`); ``--dequantize-mxfp4``
 writes a gpt-oss MXFP4 checkpoint's experts as float tensors
-(`mxfp4_weights`).
+(`mxfp4_weights`); both together write them as W8A8-INT8 (decoded to
+float32, then quantized per output column).
 
 Needs the ``safetensors`` package (``pip install kunlun-triton[tools]``).
 ``--from-gguf FILE`` converts a llama.cpp GGUF file instead: see
@@ -175,18 +176,16 @@ def convert(model_path, output, dtype="fp16", on_overflow="clamp", progress=True
     if on_overflow not in ("clamp", "refuse"):
         raise ConvertError(f"--on-overflow {on_overflow!r}: expected clamp or refuse")
     target = DTYPES[dtype]
-    quant = quantizer(quantize)
+    quantizer(quantize)  # a bad method is refused before anything is read
     src, out = Path(model_path), Path(output)
     _check_paths(src, out)
     safe_open, save_file = safetensors_api()
     plan = _plan(safe_open, src)
+    quant = quantizer(quantize, plan.config)
     report = ConvertReport()
     report.source_quantization = quantized_format(plan.config, _dtypes(safe_open, src, plan))
     mxfp4 = Mxfp4Dequantizer(safe_open, src, plan.names, plan.config) if dequantize_mxfp4 else None
-    if mxfp4 is not None and quant is not None:
-        raise ConvertError(f"--quantize {quantize} with --dequantize-mxfp4: not offered (gpt-oss's fused expert "
-                           "tensors have no W8A8-INT8 layout here); nothing written")  # fmt: skip
-    if report.source_quantization and quant is not None:
+    if report.source_quantization and quant is not None and mxfp4 is None:
         raise ConvertError(f"--quantize {quantize}: {src} is already quantized ({report.source_quantization}); "
                            "give a float checkpoint; nothing written")
     with atomic_output_dir(out) as work:
@@ -228,8 +227,10 @@ def _convert_shards(safe_open, save_file, src, work, plan, target, dtype, on_ove
                         bar.update(done, f"{f}: {name}")
                     t = handle.get_tensor(name)
                     if mxfp4 is not None and mxfp4.owns(name):
-                        new = mxfp4.convert(f, name, t, target)
+                        new = mxfp4.convert(f, name, t, target if quant is None else torch.float32)
                         report.dequantized += len(new)
+                        if quant is not None:  # MXFP4 -> W8A8-INT8 through float32
+                            new = {k: v for float_name, w in new.items() for k, v in quant.quantize(f, float_name, w).items()}
                     elif report.source_quantization and is_quantization_tensor(name):
                         report.kept.append((name, str(t.dtype).replace("torch.", "")))  # scales keep their dtype
                         new = {name: t}
@@ -271,13 +272,13 @@ def _copy_the_rest(src: Path, work: Path, plan: Plan, target, total_size: int, r
             report.skipped.append(path.name)
         elif path.name == "config.json" and plan.config is not None:
             config = _update_config(plan.config, CONFIG_NAMES[target])
-            config = quant.update_config(config) if quant is not None else config
             config = mxfp4.update_config(config) if mxfp4 is not None else config
+            config = quant.update_config(config) if quant is not None else config
             (work / path.name).write_text(json.dumps(config, indent=2) + "\n")
             report.copied.append(path.name)
         elif path.name == INDEX_NAME and plan.index is not None:
-            index = quant.update_index(plan.index) if quant is not None else dict(plan.index)
-            index = mxfp4.update_index(index) if mxfp4 is not None else index
+            index = mxfp4.update_index(plan.index) if mxfp4 is not None else dict(plan.index)
+            index = quant.update_index(index) if quant is not None else index
             index["metadata"] = {**(index.get("metadata") or {}), "total_size": total_size}
             (work / path.name).write_text(json.dumps(index, indent=2) + "\n")
             report.copied.append(path.name)
@@ -299,7 +300,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quantize", choices=("w8a8-int8",), default=None,
                    help="also quantize the decoder's linear weights (SGLang's w8a8_int8 format)")
     p.add_argument("--dequantize-mxfp4", action="store_true",
-                   help="write a gpt-oss MXFP4 checkpoint's experts as --dtype tensors (HF's layout)")
+                   help="write a gpt-oss MXFP4 checkpoint's experts as --dtype tensors (HF's layout), or with "
+                        "--quantize w8a8-int8 as int8 experts")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     return p
 
@@ -325,7 +327,7 @@ def main(argv=None) -> int:
         print("\ninterrupted; nothing written", file=sys.stderr)
         return 130
     if args.dequantize_mxfp4:
-        print(f"dequantized {report.dequantized} MXFP4 expert tensors to {args.dtype}")
+        print(f"dequantized {report.dequantized} MXFP4 expert tensors to {args.quantize or args.dtype}")
     elif report.source_quantization:
         print(f"the source is already quantized ({report.source_quantization}): its quantized weights and scales "
               f"are copied unchanged, other floating-point tensors converted")

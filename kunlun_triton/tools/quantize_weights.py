@@ -10,7 +10,15 @@ gate/up/down, MoE experts) stores ``<name>.weight`` int8 [out, in] and
     q[o, i]  = round_half_even(W[o, i] * (127 / max_i |W[o, i]|))
 
 (the same definition as the activations' `per_token_quant_int8`, so |q| <=
-127). Norms, embeddings, the LM head and MoE routers (SGLang builds those
+127). gpt-oss's fused experts (``mlp.experts.gate_up_proj`` [E, in, out] and
+``down_proj``, HF's layout, gate/up interleaved) are quantized per expert and
+output column: int8 in the same layout and ``<name>_scale`` fp32 [E, 1, out],
+which SGLang's gpt-oss loader maps onto ``w13_weight_scale`` /
+``w2_weight_scale`` through the same transpose as the weights (its bias
+parameters are the platform's: `sglang_plugin.layers.quantization`); its
+other linear layers keep their floats, because SGLang builds gpt-oss's
+attention without a quant config (as gpt-oss's own checkpoints quantize
+only the experts). Norms, embeddings, the LM head and MoE routers (SGLang builds those
 with no quant config) keep their floats, cast to ``--dtype``. config.json
 gains ``quantization_config: {"quant_method": "w8a8_int8", ...}``, which
 SGLang reads to pick the method (``--quantization w8a8_int8`` matches it);
@@ -35,6 +43,8 @@ METHODS = ("w8a8-int8",)
 # Linear layers SGLang builds without a quant config (MoE routers) keep their floats.
 FLOAT_LINEARS = ("gate", "router", "shared_expert_gate")
 FLOAT_PARTS = ("norm", "embed", "lm_head", "rotary")
+FUSED_EXPERTS = ("experts.gate_up_proj", "experts.down_proj")  # gpt-oss: [E, in, out]
+EXPERTS_ONLY = ("GptOssForCausalLM",)  # SGLang builds their other linear layers unquantized
 
 
 def quantize_per_channel(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -49,13 +59,17 @@ class W8A8Int8:
 
     method = "w8a8_int8"
 
-    def __init__(self):
+    def __init__(self, config: dict | None = None):
         self.added: dict[str, str] = {}  # scale tensor -> its shard
         self.quantized = 0
+        self.experts_only = bool(set((config or {}).get("architectures") or ()) & set(EXPERTS_ONLY))
 
     def owns(self, name: str, t: torch.Tensor) -> bool:
-        """A decoder block's linear weight: 2-D float ``...layers.N....<proj>.weight``."""
-        if t.dim() != 2 or not t.dtype.is_floating_point or not name.endswith(".weight"):
+        """A decoder block's linear weight: 2-D float ``...layers.N....<proj>.weight``,
+        or gpt-oss's fused experts (3-D float ``...mlp.experts.gate_up_proj``)."""
+        if t.dim() == 3 and t.dtype.is_floating_point and name.endswith(FUSED_EXPERTS):
+            return True
+        if self.experts_only or t.dim() != 2 or not t.dtype.is_floating_point or not name.endswith(".weight"):
             return False
         parts = name.split(".")
         if "layers" not in parts and "h" not in parts:
@@ -63,7 +77,12 @@ class W8A8Int8:
         return parts[-2] not in FLOAT_LINEARS and not any(p in name for p in FLOAT_PARTS)
 
     def quantize(self, shard: str, name: str, t: torch.Tensor) -> dict[str, torch.Tensor]:
-        q, scale = quantize_per_channel(t)
+        if t.dim() == 3:  # [E, in, out]: one scale per expert and output column
+            q, scale = quantize_per_channel(t.transpose(1, 2).reshape(-1, t.shape[1]))
+            q = q.view(t.shape[0], t.shape[2], t.shape[1]).transpose(1, 2)
+            scale = scale.view(t.shape[0], 1, t.shape[2])
+        else:
+            q, scale = quantize_per_channel(t)
         self.added[name + "_scale"] = shard
         self.quantized += 1
         return {name: q.contiguous(), name + "_scale": scale.contiguous()}
@@ -98,9 +117,10 @@ def quantized_format(config: dict | None, tensors: dict) -> str | None:
     return None
 
 
-def quantizer(method: str | None):
+def quantizer(method: str | None, config: dict | None = None):
+    """The quantizer of `method` for a checkpoint with `config` (config.json), or None."""
     if method is None:
         return None
     if method not in METHODS:
         raise ConvertError(f"--quantize {method!r}: expected one of {', '.join(METHODS)}")
-    return W8A8Int8()
+    return W8A8Int8(config)

@@ -34,7 +34,8 @@ def _write(root, scales_in_other_shard=True):
     blocks = torch.randint(0, 256, (E, N, K // 32, 16), generator=g, dtype=torch.int32).to(torch.uint8)
     scales = torch.randint(110, 135, (E, N, K // 32), generator=g, dtype=torch.int32).to(torch.uint8)
     other = {"model.embed_tokens.weight": torch.randn(16, 8, generator=g),
-             "model.layers.0.mlp.experts.gate_up_proj_bias": torch.randn(E, N, generator=g).to(torch.bfloat16)}  # fmt: skip
+             "model.layers.0.mlp.experts.gate_up_proj_bias": torch.randn(E, N, generator=g).to(torch.bfloat16),
+             "model.layers.0.self_attn.q_proj.weight": torch.randn(8, 8, generator=g)}  # fmt: skip
     shard1 = {f"{PROJ}_blocks": blocks, **other}
     shard2 = {f"{PROJ}_scales": scales}
     if not scales_in_other_shard:
@@ -76,11 +77,37 @@ def test_experts_are_written_as_floats_in_hf_layout(tmp_path, dtype, torch_dtype
     assert set(weight_map) == set(tensors) and weight_map[PROJ] == "model-00001-of-00002.safetensors"
 
 
+def test_experts_are_written_as_w8a8_int8_per_output_column(tmp_path):
+    """MXFP4 -> W8A8-INT8: int8 in HF's [E, K, N] layout with fp32 scales
+    [E, 1, N]; each column's scale is its max |w| / 127 and q * scale is
+    within half a step of the decoded weight (the oracle's float64 values)."""
+    blocks, scales, _ = _write(tmp_path / "src")
+    out = tmp_path / "out"
+    assert cli_main(["convert-weights", "--model-path", str(tmp_path / "src"), "--output", str(out),
+                     "--dtype", "bf16", "--dequantize-mxfp4", "--quantize", "w8a8-int8", "--quiet"]) == 0  # fmt: skip
+    tensors = _load(out)
+    q, scale, expected = tensors[PROJ], tensors[f"{PROJ}_scale"], oracle(blocks, scales)
+    assert q.dtype == torch.int8 and q.shape == (E, K, N) and scale.dtype == torch.float32
+    assert scale.shape == (E, 1, N)
+    column_max = expected.abs().amax(dim=1, keepdim=True)
+    assert torch.allclose(scale.double(), column_max / 127, rtol=1e-6)
+    assert (q.double() * scale.double() - expected).abs().le(scale.double() / 2 * (1 + 1e-5)).all()
+    assert q.abs().max() == 127
+    config = json.loads((out / "config.json").read_text())
+    assert config["quantization_config"]["quant_method"] == "w8a8_int8"
+    weight_map = json.loads((out / "model.safetensors.index.json").read_text())["weight_map"]
+    assert set(weight_map) == set(tensors) and f"{PROJ}_scales" not in weight_map
+    bias, attention = "model.layers.0.mlp.experts.gate_up_proj_bias", "model.layers.0.self_attn.q_proj.weight"
+    assert tensors[bias].dtype == torch.bfloat16  # biases stay floats
+    # SGLang builds gpt-oss's attention unquantized: its weights stay floats, without scales
+    assert tensors[attention].dtype == torch.bfloat16 and f"{attention}_scale" not in tensors
+
+
 @pytest.mark.parametrize("change,args,needle", [
     ("no_quant_config", [], "no quantization_config with quant_method 'mxfp4'"),
     ("no_scales", [], "has no model.layers.0.mlp.experts.gate_up_proj_scales"),
     ("bad_shape", [], "are not MXFP4 blocks"),
-    (None, ["--quantize", "w8a8-int8"], "--quantize w8a8-int8 with --dequantize-mxfp4"),
+    ("bad_shape", ["--quantize", "w8a8-int8"], "are not MXFP4 blocks"),
 ])  # fmt: skip
 def test_bad_sources_and_flags_write_nothing(tmp_path, capsys, change, args, needle):
     src = tmp_path / "src"

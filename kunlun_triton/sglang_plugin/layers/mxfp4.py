@@ -107,6 +107,10 @@ def config_class():
     class KunlunMxfp4Config(Mxfp4Config):
         """SGLang's Mxfp4Config with our experts method (see the module doc)."""
 
+        @classmethod
+        def get_supported_act_dtypes(cls):
+            return [torch.bfloat16, torch.float16, torch.float32]  # fused_experts decodes into any of them
+
         def get_quant_method(self, layer, prefix):
             if isinstance(layer, FusedMoE):
                 if not self.is_checkpoint_mxfp4_serialized:

@@ -106,7 +106,7 @@ def _register_cli_choices() -> None:
     apply_server_args_defaults)."""
     # Function-level: the install table reaches every hook module; SGLang
     # asks the entry point before it has resolved its platform.
-    from ..install import register_cli_choices
+    from ..install_steps import register_cli_choices
     from ..layers.mxfp4 import register_mxfp4_when_loaded
 
     register_cli_choices()

@@ -16,6 +16,10 @@ and CUDA kernels:
   expert weights) whenever that package imports. On our platform its
   experts run `fused_experts` through SGLang's Triton runner's layout, so
   `pin_moe_runner` pins ``triton`` when the user left the runner unset.
+- gpt-oss's override serves MXFP4 checkpoints in bf16 whatever ``--dtype``
+  says (SGLang's MXFP4 kernels take bf16). Ours decode MXFP4 into any
+  compute dtype, so on the kunlun platform `keep_explicit_dtype` drops that
+  override when the user gave a ``--dtype`` (``auto`` still gets bf16).
 - gpt-oss builds its attention and router in the checkpoint's dtype
   (``config.dtype``), not the dtype it serves in: where they differ (an
   MXFP4 checkpoint is served in bf16, which development mode and targets
@@ -26,10 +30,13 @@ and CUDA kernels:
 
 from __future__ import annotations
 
+from .mode import on_card, selected
 from .names import ATTENTION_BACKEND
 from .support import model_config
 
 ALLOW_LIST_HOOK = "sglang.srt.arg_groups.model_hook.attention_backends_of"
+OVERRIDE_PROVIDER_HOOK = "sglang.srt.arg_groups.overrides._invoke_provider"
+DTYPE_OVERRIDDEN_BY = ("_gpt_oss_overrides",)
 GPT_OSS_INIT_HOOK = "sglang.srt.models.gpt_oss.GptOssForCausalLM.__init__"
 SERVED_LIKE_SGLANG_TRITON = ("GptOssForCausalLM",)
 MOE_RUNNER_PINNED = {"GptOssForCausalLM": "triton"}
@@ -57,6 +64,17 @@ def pin_moe_runner(server_args) -> None:
     runner = MOE_RUNNER_PINNED.get(_architecture(server_args))
     if runner and (getattr(server_args, "moe_runner_backend", None) or "auto") == "auto":
         server_args.moe_runner_backend = runner
+
+
+def keep_explicit_dtype(original, fn, server_args, hf_config):
+    """SGLang's per-model override provider `fn` (an AROUND hook on the
+    resolver's call), without the ``dtype`` of `DTYPE_OVERRIDDEN_BY`'s
+    providers where the user passed ``--dtype``, on the kunlun platform."""
+    declared = original(fn, server_args, hf_config)
+    explicit = (getattr(server_args, "dtype", None) or "auto") != "auto"
+    if "dtype" in declared and explicit and fn.__qualname__ in DTYPE_OVERRIDDEN_BY and (selected() or on_card()):
+        declared = {key: value for key, value in declared.items() if key != "dtype"}
+    return declared
 
 
 def build_in_serving_dtype(original, self, config, *args, **kwargs):
