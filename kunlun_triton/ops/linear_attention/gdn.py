@@ -31,12 +31,12 @@ def _pow2(n: int) -> int:
     return 1 << max(n - 1, 0).bit_length()
 
 
-def _plan(op, key_dim, value_dim, group, l2norm, has_init, config) -> GdnPlan:
+def _plan(op, key_dim, value_dim, group, l2norm, has_init, packed, config) -> GdnPlan:
     caps = capabilities()
     block_k = max(_pow2(key_dim), 16)
     block_v = min(config["BLOCK_V"], max(_pow2(value_dim), 16))
     common = dict(KEY_DIM=key_dim, VALUE_DIM=value_dim, BLOCK_K=block_k, BLOCK_V=block_v, GROUP=group,
-                  QK_L2NORM=l2norm, LOAD_IGNORES_OTHER=caps.load_ignores_other)  # fmt: skip
+                  QK_L2NORM=l2norm, LOAD_IGNORES_OTHER=caps.load_ignores_other, PACKED_STATE=packed)  # fmt: skip
     if op == "gated_delta_rule_decode":
         kernel = gdn_kernels.gdn_decode_kernel
         constexprs = constexpr_args(kernel, **common)
@@ -55,15 +55,15 @@ def _plan(op, key_dim, value_dim, group, l2norm, has_init, config) -> GdnPlan:
 
 
 @plan_cache
-def _cached_plan(op, key_dim, value_dim, group, l2norm, has_init) -> GdnPlan:
-    return _plan(op, key_dim, value_dim, group, l2norm, has_init,
+def _cached_plan(op, key_dim, value_dim, group, l2norm, has_init, packed) -> GdnPlan:
+    return _plan(op, key_dim, value_dim, group, l2norm, has_init, packed,
                  lookup_config(op, key_dim=key_dim, value_dim=value_dim))  # fmt: skip
 
 
-def _get_plan(op, key_dim, value_dim, group, l2norm, has_init, config) -> GdnPlan:
+def _get_plan(op, key_dim, value_dim, group, l2norm, has_init, packed, config) -> GdnPlan:
     if config is None:
-        return _cached_plan(op, key_dim, value_dim, group, l2norm, has_init)
-    return _plan(op, key_dim, value_dim, group, l2norm, has_init,
+        return _cached_plan(op, key_dim, value_dim, group, l2norm, has_init, packed)
+    return _plan(op, key_dim, value_dim, group, l2norm, has_init, packed,
                  explicit_config(op, config, key_dim=key_dim, value_dim=value_dim))  # fmt: skip
 
 
@@ -97,6 +97,12 @@ def _check(op, q, k, v, a, b, A_log, dt_bias, state_pool, scale):
         require_number(op, "scale", scale, above=0.0)
 
 
+def _packed(state_pool) -> bool:
+    """Each slot's [V, K] heads packed, K contiguous (SGLang's pool): the
+    kernels' PACKED_STATE (constant state strides)."""
+    return state_pool.stride(3) == 1 and state_pool.stride(2) == state_pool.shape[3]
+
+
 def _strides(q, k, v, a, b, state_pool):
     return (q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), a.stride(0), b.stride(0),
             *state_pool.stride())  # fmt: skip
@@ -128,7 +134,8 @@ def gated_delta_rule_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a
                                                  qk_l2norm=qk_l2norm).to(q.dtype)  # fmt: skip
     tokens, heads, key_dim = k.shape
     value_heads, value_dim = v.shape[1], v.shape[2]
-    plan = _get_plan(op, key_dim, value_dim, value_heads // heads, bool(qk_l2norm), False, config)
+    plan = _get_plan(op, key_dim, value_dim, value_heads // heads, bool(qk_l2norm), False, _packed(state_pool),
+                     config)  # fmt: skip
     out = q.new_empty(tokens, value_heads, value_dim)
     if tokens == 0:
         return out
@@ -173,7 +180,7 @@ def gated_delta_rule_prefill(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
     tokens, heads, key_dim = k.shape
     value_heads, value_dim = v.shape[1], v.shape[2]
     plan = _get_plan(op, key_dim, value_dim, value_heads // heads, bool(qk_l2norm), has_initial_state is not None,
-                     config)  # fmt: skip
+                     _packed(state_pool), config)  # fmt: skip
     out = q.new_empty(tokens, value_heads, value_dim)
     if batch <= 0:
         return out

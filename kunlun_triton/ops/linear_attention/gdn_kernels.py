@@ -80,13 +80,27 @@ def _mm_tn(a, b, USE_DOT: tl.constexpr):
         return tl.sum(a[:, :, None] * b[:, None, :], axis=0)
 
 
+@triton.jit
+def _state_ptrs(state_ptr, slot, hv, kk, vv, st_stride_slot, st_stride_h, st_stride_v, st_stride_k,
+                KEY_DIM: tl.constexpr, PACKED_STATE: tl.constexpr):
+    """[BLOCK_K, BLOCK_V] addresses of a slot's state slice. PACKED_STATE (each
+    [V, K] head packed, K contiguous): constant strides, so the tile's offsets
+    fold into the loads' and stores' immediates instead of 64-bit addresses
+    held from the load to the store (sm_90 decode: 170 registers, not 255)."""
+    base = state_ptr + tl.maximum(slot, 0) * st_stride_slot + hv * st_stride_h
+    if PACKED_STATE:
+        return base + vv[None, :] * KEY_DIM + kk[:, None]
+    else:
+        return base + vv[None, :] * st_stride_v + kk[:, None] * st_stride_k
+
+
 @triton.jit(do_not_specialize=["n_requests"])
 def gdn_decode_kernel(
     q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, alog_ptr, dt_bias_ptr, state_ptr, slots_ptr, out_ptr,
     n_requests, q_stride_t, q_stride_h, k_stride_t, k_stride_h, v_stride_t, v_stride_h, a_stride, b_stride,
     st_stride_slot, st_stride_h, st_stride_v, st_stride_k, out_stride_t, out_stride_h, scale,
     KEY_DIM: tl.constexpr, VALUE_DIM: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr,
-    GROUP: tl.constexpr, QK_L2NORM: tl.constexpr, LOAD_IGNORES_OTHER: tl.constexpr,
+    GROUP: tl.constexpr, QK_L2NORM: tl.constexpr, LOAD_IGNORES_OTHER: tl.constexpr, PACKED_STATE: tl.constexpr,
 ):
     """Program (value block, value head, request): one token's step."""
     pid_v, hv, n = tl.program_id(0), tl.program_id(1), tl.program_id(2)
@@ -95,25 +109,26 @@ def gdn_decode_kernel(
     vv = pid_v * BLOCK_V + tl.arange(0, BLOCK_V)
     kmask, vmask = kk < KEY_DIM, vv < VALUE_DIM
     slot = tl.load(slots_ptr + n).to(tl.int64)
-    state_ptrs = (state_ptr + tl.maximum(slot, 0) * st_stride_slot + hv * st_stride_h + vv[None, :] * st_stride_v
-                  + kk[:, None] * st_stride_k)  # fmt: skip
+    state_ptrs = _state_ptrs(state_ptr, slot, hv, kk, vv, st_stride_slot, st_stride_h, st_stride_v, st_stride_k,
+                             KEY_DIM, PACKED_STATE)  # fmt: skip
     smask = kmask[:, None] & vmask[None, :]
     s = masked_load(state_ptrs, smask & ((kk[:, None] * 0 + slot) >= 0), 0.0, LOAD_IGNORES_OTHER)  # [BK, BV]
-    # q and k as [BLOCK_K, 1] columns, normalised over the key dim
-    q = masked_load(q_ptr + n * q_stride_t + h * q_stride_h + kk[:, None], kmask[:, None], 0.0, LOAD_IGNORES_OTHER)
-    k = masked_load(k_ptr + n * k_stride_t + h * k_stride_h + kk[:, None], kmask[:, None], 0.0, LOAD_IGNORES_OTHER)
-    q = q.to(tl.float32)
-    k = k.to(tl.float32)
+    # q and k normalised over the key dim, then as [BLOCK_K, 1] columns
+    q = masked_load(q_ptr + n * q_stride_t + h * q_stride_h + kk, kmask, 0.0, LOAD_IGNORES_OTHER).to(tl.float32)
+    k = masked_load(k_ptr + n * k_stride_t + h * k_stride_h + kk, kmask, 0.0, LOAD_IGNORES_OTHER).to(tl.float32)
     if QK_L2NORM:
-        q = q * (1.0 / tl.sqrt(tl.sum(q * q, axis=0) + L2_EPS))[None, :]
-        k = k * (1.0 / tl.sqrt(tl.sum(k * k, axis=0) + L2_EPS))[None, :]
+        q = q * (1.0 / tl.sqrt(tl.sum(q * q, axis=0) + L2_EPS))
+        k = k * (1.0 / tl.sqrt(tl.sum(k * k, axis=0) + L2_EPS))
+    # scale folded into q before the products (sm_90: 168 registers instead of 214, fewer instructions)
+    q = (q * scale)[:, None]
+    k = k[:, None]
     v = tl.load(v_ptr + n * v_stride_t + hv * v_stride_h + vv, mask=vmask).to(tl.float32)
     g, beta = _gates(tl.load(a_ptr + n * a_stride + hv).to(tl.float32), tl.load(b_ptr + n * b_stride + hv).to(tl.float32),
                      tl.load(alog_ptr + hv).to(tl.float32), tl.load(dt_bias_ptr + hv).to(tl.float32))  # fmt: skip
     s = s.to(tl.float32) * tl.exp(g)
     delta = beta * (v - tl.sum(s * k, axis=0))  # [BV]
     s = s + k * delta[None, :]
-    o = scale * tl.sum(s * q, axis=0)
+    o = tl.sum(s * q, axis=0)
     tl.store(out_ptr + n * out_stride_t + hv * out_stride_h + vv, o.to(out_ptr.dtype.element_ty), mask=vmask)
     if slot >= 0:
         tl.store(state_ptrs, s.to(state_ptr.dtype.element_ty), mask=smask)
@@ -127,7 +142,7 @@ def gdn_prefill_kernel(
     st_stride_slot, st_stride_h, st_stride_v, st_stride_k, out_stride_t, out_stride_h, scale,
     KEY_DIM: tl.constexpr, VALUE_DIM: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr,
     GROUP: tl.constexpr, CHUNK: tl.constexpr, QK_L2NORM: tl.constexpr, HAS_INIT_FLAGS: tl.constexpr,
-    USE_DOT: tl.constexpr, LOAD_IGNORES_OTHER: tl.constexpr,
+    USE_DOT: tl.constexpr, LOAD_IGNORES_OTHER: tl.constexpr, PACKED_STATE: tl.constexpr,
 ):
     """Program (value block, value head, request): the request's chunks in order."""
     pid_v, hv, n = tl.program_id(0), tl.program_id(1), tl.program_id(2)
@@ -141,8 +156,8 @@ def gdn_prefill_kernel(
     read = (kk[:, None] * 0 + slot) >= 0  # per-lane (a scalar mask trips the interpreter)
     if HAS_INIT_FLAGS:
         read = read & ((kk[:, None] * 0 + tl.load(has_init_ptr + n).to(tl.int32)) != 0)
-    state_ptrs = (state_ptr + tl.maximum(slot, 0) * st_stride_slot + hv * st_stride_h + vv[None, :] * st_stride_v
-                  + kk[:, None] * st_stride_k)  # fmt: skip
+    state_ptrs = _state_ptrs(state_ptr, slot, hv, kk, vv, st_stride_slot, st_stride_h, st_stride_v, st_stride_k,
+                             KEY_DIM, PACKED_STATE)  # fmt: skip
     smask = kmask[:, None] & vmask[None, :]
     s = masked_load(state_ptrs, smask & read, 0.0, LOAD_IGNORES_OTHER).to(tl.float32)  # [BK, BV]
     A_log = tl.load(alog_ptr + hv).to(tl.float32)
