@@ -39,6 +39,9 @@ class KernelSpec:
     options: dict = field(default_factory=dict)
     attrs: dict = field(default_factory=dict)
     loop_items: int | None = None  # items (keys, elements) one iteration of the main loop covers; for inspect
+    # what one call runs, for per-token counts (inspect): {"programs", "tokens",
+    # "trips": iterations per program of each SASS loop in address order, or None}
+    work: dict | None = None
 
     @property
     def name(self) -> str:
@@ -61,6 +64,8 @@ results = []
 for job in jobs:
     module, name = job["kernel"].split(":")
     fn = getattr(importlib.import_module(module), name)
+    while not isinstance(fn, triton.runtime.jit.JITFunction):  # under @triton.autotune / heuristics
+        fn = fn.fn
     try:
         # a Triton dtype travels as its name ("tl.bfloat16": JSON has no dtypes)
         constexprs = {k: getattr(tl, v[3:]) if isinstance(v, str) and v.startswith("tl.") else v

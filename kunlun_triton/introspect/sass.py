@@ -162,3 +162,29 @@ def kernel_cost(result: dict) -> dict:
     if "amdgcn" in result:
         return hip_cost(result["amdgcn"], result["metadata"])
     raise ValueError(f"{result['spec'].label} on {result['target']}: no machine code to measure")
+
+
+def executed_per_program(cost: dict, trips) -> float | None:
+    """Instructions one program executes (per warp), from the static counts:
+    the straight-line code once and each loop's own body (less the loops
+    nested in it) `trips` times, `trips` being each SASS loop's iterations
+    per program in address order (a nested loop's: all of them, per
+    program). None when `trips` does not name every loop (the compiler
+    split or unrolled one: the count would be a guess). Branches inside a
+    body count as taken both ways."""
+    loops = cost["loops"]
+    if trips is None or len(trips) != len(loops):
+        return None
+
+    def inside(inner, outer):
+        return inner is not outer and outer["start"] <= inner["start"] and inner["end"] <= outer["end"]
+
+    def children(loop):
+        nested = [c for c in loops if inside(c, loop)]
+        return [c for c in nested if not any(inside(c, m) for m in nested)]
+
+    top = [loop for loop in loops if not any(inside(loop, other) for other in loops)]
+    total = cost["sass_total"] - sum(loop["instructions"] for loop in top)
+    for loop, n in zip(loops, trips):
+        total += n * (loop["instructions"] - sum(c["instructions"] for c in children(loop)))
+    return total

@@ -140,8 +140,19 @@ def _row(op, impl, result) -> dict:
         "items_per_loop": items,
         "sass_per_item": round(loop / items, 2) if loop and items else None,
         "loops": [loop["instructions"] for loop in cost["loops"]],
+        "sass_per_token": _per_token(spec, cost),
         "constexprs": {k: v for k, v in spec.constexprs.items() if k.isupper() or k.startswith("BLOCK")},
     }
+
+
+def _per_token(spec, cost):
+    """Warp-instructions per token of one call (`KernelSpec.work`: programs x
+    warps x what a program executes, `sass.executed_per_program`), or None."""
+    from ..introspect.sass import executed_per_program
+
+    work = spec.work or {}
+    executed = executed_per_program(cost, work.get("trips")) if work.get("tokens") else None
+    return None if executed is None else round(work["programs"] * cost["num_warps"] * executed / work["tokens"], 1)
 
 
 def _baselines(kind: str) -> dict:
@@ -200,6 +211,10 @@ def inspect_ops(names, target: Target, preset, dtype, batch=None, context=None, 
     for label, name in entries:
         extras = report["ops"][label]
         shape = extras["shape"]
+        rows = extras.get("kernels", [])
+        per_token = {impl: [r.get("sass_per_token") for r in rows if r["impl"] == impl] for impl in ("ours", "sglang")}
+        if any(per_token.values()) and all(None not in v for v in per_token.values()):  # every kernel counted
+            extras["sass_per_token"] = {impl: round(sum(v), 1) for impl, v in per_token.items() if v}
         if traffic:
             sg = _baselines("traffic_baselines") if compare else {}
             with targeting(target):
@@ -266,7 +281,7 @@ def launcher_overhead(name, spec, target, shape, dtype, sglang_call=None, below_
 def format_report(report: dict) -> str:
     lines = [f"# {report['target']} (compiled for {report['compiled_for']}), {report['preset']}, {report['dtype']}"]
     header = ("impl", "kernel", "regs", "spill", "smem", "warps", "stages", "occ", "sass", "loop", "items", "per item",
-              "loops")  # fmt: skip
+              "loops", "per token")  # fmt: skip
     for name, op in report["ops"].items():
         lines.append("")
         lines.append(f"## {name} " + " ".join(f"{k}={v}" for k, v in op["shape"].items() if not isinstance(v, list)))
@@ -277,11 +292,13 @@ def format_report(report: dict) -> str:
                 continue
             rows.append((r["impl"], r["kernel"], r["regs"], r["spill_bytes"], r["smem_bytes"], r["num_warps"],
                          r["num_stages"], r["occupancy"], r["sass_total"], r["sass_loop"] or "-",
-                         r["items_per_loop"] or "-", r["sass_per_item"] or "-", ",".join(map(str, r["loops"])) or "-"))
+                         r["items_per_loop"] or "-", r["sass_per_item"] or "-", ",".join(map(str, r["loops"])) or "-",
+                         r.get("sass_per_token") or "-"))
         widths = [max([len(str(row[i])) for row in rows if i < len(row)] or [0]) for i in range(len(header))]
         lines += ["  ".join(str(v).rjust(w) if i > 1 else str(v).ljust(w) for i, (v, w) in enumerate(zip(row, widths)))
                   for row in rows]  # fmt: skip
         for key, unit in (("bytes_per_call", "bytes per call"), ("programs", "stage-1 programs with work per call"),
+                          ("sass_per_token", "warp-instructions per token, all kernels of a call"),
                           ("compilations", "compilations over a generation"),
                           ("launcher_us", "Python us per launcher call, launches stubbed at run()"),
                           ("launcher_us_binder", "Python us per launcher call, Triton's binder and cache lookup "
@@ -296,7 +313,8 @@ def format_report(report: dict) -> str:
         lines.append("")
         lines.append(f"occupancy: {report['kernels'][0].get('occupancy_unit', '')}; loops: instructions per "
                      "iteration of each loop in program order (the first is the main one); items: what one "
-                     "main-loop iteration covers (keys for attention)")  # fmt: skip
+                     "main-loop iteration covers (keys for attention); per token: warp-instructions one call executes "
+                     "per token (straight-line code once, each loop its trips)")  # fmt: skip
     return "\n".join(lines)
 
 

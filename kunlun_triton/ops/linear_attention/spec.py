@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from ...runtime.config_keys import TILE
-from ..spec import FORMULATION, OpCase, OpSpec
+from ..spec import FORMULATION, OpCase, OpSpec, baselines
 from . import reference
 from .conv import causal_conv1d, causal_conv1d_update
 from .gdn import gated_delta_rule_decode, gated_delta_rule_prefill
@@ -232,12 +232,47 @@ def _gdn_kernels(decode: bool):
         pool = meta(n + 1, d["value_heads"], d["value_dim"], d["key_dim"], dtype=torch.float32)
         slots = meta(n, dtype=torch.int32)
         if decode:
-            return meta_kernel_specs(lambda: gated_delta_rule_decode(*inputs, pool, slots, check=False, config=config))
-        return meta_kernel_specs(lambda: gated_delta_rule_prefill(*inputs, pool, slots, meta(n + 1, dtype=torch.int32),
-                                                                  meta(n, dtype=torch.bool), check=False,
-                                                                  config=config))  # fmt: skip
+            specs = meta_kernel_specs(lambda: gated_delta_rule_decode(*inputs, pool, slots, check=False, config=config))
+        else:
+            specs = meta_kernel_specs(lambda: gated_delta_rule_prefill(
+                *inputs, pool, slots, meta(n + 1, dtype=torch.int32), meta(n, dtype=torch.bool), check=False,
+                config=config))  # fmt: skip
+        return [_with_work(spec, shape, decode) for spec in specs]
 
     return kernels
+
+
+def _with_work(spec, shape, decode: bool):
+    """`KernelSpec.work` of a gated-delta-rule launch (inspect's per-token
+    counts): a program per (value block, value head, request); prefill's
+    chunk loop runs a request's chunks, the substitution loop nested in it
+    CHUNK rows a chunk (trips: means over the programs)."""
+    import dataclasses
+
+    d = _dims(shape)
+    n = shape["batch"] if decode else len(shape["lengths"])
+    programs = -(-d["value_dim"] // spec.constexprs["BLOCK_V"]) * d["value_heads"] * n
+    if decode:
+        return dataclasses.replace(spec, work={"programs": programs, "tokens": n, "trips": ()})
+    chunk = spec.constexprs["CHUNK"]
+    chunks = sum(-(-length // chunk) for length in shape["lengths"]) / n
+    return dataclasses.replace(spec, work={"programs": programs, "tokens": sum(shape["lengths"]),
+                                           "trips": (chunks, chunks * chunk)})  # fmt: skip
+
+
+def gdn_decode_traffic(shape, dtype) -> int:
+    """Bytes one decode call moves into its programs: each (request, value
+    head, BLOCK_V columns) program reads its [K, BLOCK_V] fp32 state slice
+    and writes it back, reads q's and k's rows (again per value block), its
+    v columns, a, b, A_log, dt_bias and its slot, and writes its output
+    columns. The floor (`bytes_moved`) reads q and k once per key head."""
+    from .gdn import _get_plan
+
+    d, batch, elt = _dims(shape), shape["batch"], _elt(dtype)
+    k, v, hv = d["key_dim"], d["value_dim"], d["value_heads"]
+    bv = _get_plan("gated_delta_rule_decode", k, v, hv // d["key_heads"], True, False, True, None).block_v
+    per_program = 2 * bv * k * 4 + 2 * k * elt + 2 * bv * elt + 2 * elt + 2 * 4 + 4
+    return batch * hv * -(-v // bv) * per_program
 
 
 def _gdn_bench(decode: bool):
@@ -269,13 +304,16 @@ SPECS = [
     OpSpec("causal_conv1d_update", "linear_attention", causal_conv1d_update_case, _DOCTOR_UPDATE,
            _conv_bench(True), tune_candidates=conv_update_tune_candidates, x_axis="batch",
            kernels=_conv_kernels(True), config_keys={"BLOCK_D": TILE}, function=causal_conv1d_update,
-           lookup_dims=("dim",), generation_shapes=decode_generation_shapes, graph_capture=True),
+           lookup_dims=("dim",), generation_shapes=decode_generation_shapes, graph_capture=True,
+           sglang_baselines=baselines("linear_attention:causal_conv1d_update", "inspect")),
     OpSpec("gated_delta_rule_decode", "linear_attention", gated_delta_rule_decode_case, _DOCTOR_DECODE,
            _gdn_bench(True), tune_candidates=gdn_decode_tune_candidates, x_axis="batch", kernels=_gdn_kernels(True),
            config_keys={"BLOCK_V": TILE}, function=gated_delta_rule_decode, lookup_dims=GDN_LOOKUP,
-           generation_shapes=decode_generation_shapes, graph_capture=True),
+           generation_shapes=decode_generation_shapes, graph_capture=True, traffic=gdn_decode_traffic,
+           sglang_baselines=baselines("linear_attention:gated_delta_rule_decode", "inspect", "traffic")),
     OpSpec("gated_delta_rule_prefill", "linear_attention", gated_delta_rule_prefill_case, _DOCTOR_PREFILL,
            _gdn_bench(False), tune_candidates=gdn_prefill_tune_candidates, x_axis="lengths",
            kernels=_gdn_kernels(False), config_keys={"CHUNK": TILE, "BLOCK_V": TILE, "formulation": FORMULATION},
-           function=gated_delta_rule_prefill, lookup_dims=GDN_LOOKUP, generation_shapes=prefill_generation_shapes),
+           function=gated_delta_rule_prefill, lookup_dims=GDN_LOOKUP, generation_shapes=prefill_generation_shapes,
+           sglang_baselines=baselines("linear_attention:gated_delta_rule_prefill", "inspect")),
 ]  # fmt: skip
