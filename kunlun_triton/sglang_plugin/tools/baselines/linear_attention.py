@@ -13,7 +13,7 @@ for ``kunlun-triton inspect linear_attention --compare sglang``.
 - conv update: ``causal_conv1d_update`` (Triton). Its prefill conv on CUDA
   is ``sgl_kernel``'s CUDA kernel (no Triton to compile): no baseline.
 
-SGLang's launchers read the machine at import (`_is_hip`, PDL support, FLA's
+SGLang's launchers read the machine at import or launch (`_is_hip`, PDL support, FLA's
 device context) and at launch (`q.device.type == "cuda"` picks the split
 (N, HV) grid): those are set to an sm_90 card's values for one stubbed call
 on meta tensors (cu_seqlens on the CPU: FLA's chunk indices are computed on
@@ -48,6 +48,7 @@ CHUNK = 64  # FLA's CHUNK_SIZE
 KKT_MODULE = "sglang.kernels.ops.attention.fla.chunk_fwd"
 KKT_CONFIG = {"BK": 64, "num_warps": 2}  # see the module docstring
 _RECURRENT = "sglang.kernels.ops.attention.linear.fused_sigmoid_gating_recurrent"
+_CONV = "sglang.kernels.ops.mamba.causal_conv1d_triton"
 
 
 def _meta(*shape, dtype=torch.bfloat16):
@@ -61,9 +62,7 @@ def _dims(shape):
 @contextlib.contextmanager
 def _as_on_sm90(kkt_config=None):
     """SGLang's machine globals as on an sm_90 card; FLA's kkt + solve autotuner
-    pinned to one of its own configs."""
-    import triton
-
+    pinned to one of its own configs (one config: it skips its benchmark)."""
     kkt = importlib.import_module(KKT_MODULE).chunk_gated_delta_rule_fwd_kkt_solve_kernel
     while not hasattr(kkt, "configs"):  # under its @triton.heuristics
         kkt = kkt.fn
@@ -71,16 +70,16 @@ def _as_on_sm90(kkt_config=None):
     pinned = [c for c in kkt.configs if c.kwargs.get("BK") == config["BK"] and c.num_warps == config["num_warps"]]
     if len(pinned) != 1:
         raise ValueError(f"FLA's kkt + solve autotuner has no config {config}: {kkt.configs}")
-    recurrent = importlib.import_module(_RECURRENT)
+    recurrent, conv = importlib.import_module(_RECURRENT), importlib.import_module(_CONV)
     fla_utils = importlib.import_module("sglang.kernels.ops.attention.fla.utils")
     with contextlib.ExitStack() as stack:
         for name, value in (("_is_hip", False), ("_is_gfx95", False), ("_is_sm90", True)):
             stack.enter_context(mock.patch.object(recurrent, name, value))
-        stack.enter_context(mock.patch.object(recurrent, "is_arch_support_pdl", lambda: True))
+        for module in (recurrent, conv):  # PDL on sm_90: both launch with USE_GDC and launch_pdl
+            stack.enter_context(mock.patch.object(module, "is_arch_support_pdl", lambda: True))
         stack.enter_context(mock.patch.object(fla_utils, "custom_device_ctx", lambda index: contextlib.nullcontext()))
         stack.enter_context(mock.patch.object(kkt, "configs", pinned))
         stack.enter_context(mock.patch.object(kkt, "cache", {}))
-        assert triton  # the autotuner skips its benchmark with one config
         yield
 
 
