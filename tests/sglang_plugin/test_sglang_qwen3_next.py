@@ -12,12 +12,12 @@ inside a request (the second chunk continues from the first's conv and recurrent
 states, inside one of our prefill kernel's 64-token chunks): each prompt alone,
 the three as one batch, and second turns whose prefix state comes from SGLang's
 mamba radix cache (``no_buffer``: the platform's choice, rules.py). The slow form
-adds concurrent requests of mixed lengths (mixed prefill + decode batches) and
-retraction under a small pool."""
+adds concurrent arrivals of mixed lengths on a small pool."""
 
 from __future__ import annotations
 
 import pytest
+from kt_models_table import check_or_write_row, kernels_since, refusals
 from kt_sglang_support import output_ids
 
 CHUNK, NEW = 16, 4
@@ -86,23 +86,46 @@ def test_alone_batched_chunked_and_second_turns_equal_hf(hybrid, engines):
         assert out["meta_info"]["cached_tokens"] >= len(prompt), (arch, out["meta_info"]["cached_tokens"])
         assert output_ids(out) == hf.greedy(turn, NEW), arch
     ops = engine_dispatch_report(engine)[0]["ops"]
+    _check_row(arch, path, ops)
     for name in GDN_OPS + (("moe_topk", "fused_experts") if arch == "qwen3_next" else ()):
         assert set(ops[name]["calls"]) == {"triton"}, (arch, name, ops.get(name))
     assert all(set(entry["calls"]) == {"triton"} for entry in ops.values()), (arch, ops)
 
 
+def _check_row(arch, path, ops):
+    """docs/models.md's row: every op this engine ran (it is this module's own: `OPTIONS`)."""
+    from types import SimpleNamespace
+
+    from kunlun_triton.sglang_plugin.platform.support import UnsupportedFeature, check_support
+
+    refused = refusals(path, moe=arch == "qwen3_next")
+    base = {"model_path": path, "speculative_algorithm": None, "kv_cache_dtype": "auto"}
+    tries = (("speculative decoding with gated delta net", {"speculative_algorithm": "EAGLE"}),
+             ("extra_buffer prefix cache with gated delta net", {"mamba_radix_cache_strategy": "extra_buffer"}),
+             ("mixed chunks with gated delta net", {"enable_mixed_chunk": True}))  # fmt: skip
+    for key, change in tries:
+        with pytest.raises(UnsupportedFeature):
+            check_support(SimpleNamespace(**{**base, **change}), ours=True)
+        refused.append(key)
+    check_or_write_row({
+        "architecture": {"qwen3_next": "Qwen3NextForCausalLM", "qwen3_5": "Qwen3_5ForCausalLM"}[arch],
+        "served": f"4 layers (3 gated delta net, 1 gated full attention), TP 1, radix cache (no_buffer) + chunked "
+                  f"prefill at {CHUNK}",
+        "oracle": "HF transformers, eager attention", "ops": kernels_since(ops, {}), "refused": refused})  # fmt: skip
+
+
 @pytest.mark.slow
-def test_mixed_batches_and_retraction_keep_the_states(hybrid, engines):
-    """Concurrent requests of mixed lengths (prefill chunks next to decode steps,
-    --enable-mixed-chunk) on a pool small enough that SGLang retracts and
-    re-runs requests: each still gets HF's tokens."""
+def test_concurrent_arrivals_on_a_small_pool_keep_the_states(hybrid, engines):
+    """Concurrent requests of mixed lengths arriving while earlier ones decode, on
+    a KV pool small enough that SGLang may retract and re-run requests: each still
+    gets HF's tokens. (--enable-mixed-chunk is refused for these models: rules.py.)"""
     import asyncio
 
     arch, path, hf, prompts = hybrid
     more = [hf.encode(text) for text in ("Hello, how are you today?", "Numbers: 0 1 2 3 4 5 6 7 8 9 10 11 12",
-                                         "Tell me a story about a cat and a dog who lived in a small house.")]  # fmt: skip
+                                         "Tell me a story about a cat and a dog who lived in a small house.")]
     every = prompts + more
-    engine = engines.get(path, **OPTIONS, enable_mixed_chunk=True, max_total_tokens=160, max_running_requests=6)
+    engine = engines.get(path, **OPTIONS, max_total_tokens=160, max_running_requests=6)
     new = 12
 
     async def run():
@@ -123,6 +146,7 @@ GDN_CONFIG = {"architectures": ["Qwen3NextForCausalLM"], "linear_num_value_heads
     ({"speculative_algorithm": "EAGLE"}, r"Qwen3NextForCausalLM .*--speculative-algorithm EAGLE.*drop --speculative"),
     ({"mamba_radix_cache_strategy": "extra_buffer"},
      r"--mamba-radix-cache-strategy extra_buffer.*no_buffer with --disable-overlap-schedule"),
+    ({"enable_mixed_chunk": True}, r"--enable-mixed-chunk.*drop --enable-mixed-chunk"),
 ])  # fmt: skip
 def test_what_the_hybrid_path_cannot_serve_is_refused_at_start_naming_the_flag(tmp_path, args, match):
     import json
