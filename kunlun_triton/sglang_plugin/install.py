@@ -57,6 +57,7 @@ from .install_steps import (
     register_moe_forwards,
     register_sampling_backend,
 )
+from .linear_attention import hook_hybrid_models
 from .platform.names import ATTENTION_BACKEND, LOGGER, SAMPLING_BACKEND
 
 logger = logging.getLogger(LOGGER)
@@ -192,6 +193,8 @@ TOUCHPOINTS = (
                "KunlunMHATokenToKVPool: KV writes", "sglang"),
     Touchpoint("paged allocator", "subclass", "allocator.base.BaseTokenToKVPoolAllocator (get_paged_allocator_cls)",
                "kunlun_triton.memory.PagedKVAllocator (page_size > 1)", "sglang"),
+    Touchpoint("hybrid linear attention", "hook", "gdn_backend.GDNAttnBackend.forward_decode/_extend, fla gated "
+               "norms, Qwen3GatedDeltaNet.__init__ (AROUND)", "linear_attention/", "platform", hook_hybrid_models),
     Touchpoint("collectives", "hook", "parallel_state.GroupCoordinator.{all_reduce, all_gather, ...} (AROUND)",
                "kunlun_triton.comm.TPCommunicator (tp_size > 1)", "platform", hook_collectives),
 )  # fmt: skip

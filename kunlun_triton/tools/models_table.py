@@ -20,7 +20,8 @@ _BEGIN_PREFIX = "<!-- supported-models:begin"
 BEGIN = (_BEGIN_PREFIX + " (generated: KUNLUN_TRITON_UPDATE_README=1 pytest "
          "tests/sglang_plugin/test_sglang_engine_matrix.py tests/sglang_plugin/test_sglang_w8a8_int8.py "
          "tests/sglang_plugin/test_sglang_fp8_kv.py tests/sglang_plugin/test_sglang_speculative.py "
-         "tests/sglang_plugin/test_sglang_speculative_ngram.py) -->")  # fmt: skip
+         "tests/sglang_plugin/test_sglang_speculative_ngram.py "
+         "tests/sglang_plugin/test_sglang_qwen3_next.py) -->")  # fmt: skip
 END = "<!-- supported-models:end -->"
 # The rows after the matrix's (first cell -> the test that writes it): quantized serving on the
 # engines those tests start for their own checks (no engine start of their own).
@@ -37,7 +38,12 @@ SPECULATIVE = {
     "Qwen3ForCausalLM, STANDALONE": "tests/sglang_plugin/test_sglang_speculative_ngram.py",
     "Qwen3ForCausalLM, NGRAM": "tests/sglang_plugin/test_sglang_speculative_ngram.py",
 }
-AFTER_MATRIX = {**QUANTIZED, **SPECULATIVE}
+# Then hybrid linear attention's, on the engines of its own test.
+HYBRID = {
+    "Qwen3NextForCausalLM": "tests/sglang_plugin/test_sglang_qwen3_next.py",
+    "Qwen3_5ForCausalLM": "tests/sglang_plugin/test_sglang_qwen3_next.py",
+}
+AFTER_MATRIX = {**QUANTIZED, **SPECULATIVE, **HYBRID}
 HEADER = (
     "| Architecture | Served end to end | Greedy tokens equal to | Our ops that ran | Refused at start-up |\n"
     "|---|---|---|---|---|"
@@ -99,7 +105,7 @@ def with_row(text: str, architecture: str, row: str, order: list[str]) -> str:
 
 def row_order(text: str, architecture: str) -> list[str]:
     """The table's rows in order with `architecture` added: the matrix's rows, then `QUANTIZED`'s,
-    then `SPECULATIVE`'s."""
+    `SPECULATIVE`'s and `HYBRID`'s."""
     keys = list(dict.fromkeys([*table_rows(text), architecture]))
     return [k for k in keys if k not in AFTER_MATRIX] + [k for k in AFTER_MATRIX if k in keys]
 

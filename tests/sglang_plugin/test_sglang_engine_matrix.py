@@ -134,8 +134,9 @@ def test_serves_equal_to_its_oracle_and_readme_row_matches(row, tiny_model, engi
 
 
 def test_readme_table_lists_exactly_the_matrix_the_quantized_rows_and_the_refusal_notes():
-    """The matrix's rows, then the quantized serving tests' (`models_table.QUANTIZED`) and the
-    speculative tests' (`models_table.SPECULATIVE`), in that order."""
+    """The matrix's rows, then the quantized serving tests' (`models_table.QUANTIZED`), the
+    speculative tests' (`models_table.SPECULATIVE`) and the hybrid models' (`models_table.HYBRID`),
+    in that order."""
     text = README.read_text()
     rows = list(models_table.table_rows(text))
     assert len(rows) == len(ROWS) + len(models_table.AFTER_MATRIX), rows

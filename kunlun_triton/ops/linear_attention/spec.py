@@ -296,24 +296,26 @@ _TINY = {"key_heads": 2, "value_heads": 4, "key_dim": 16, "value_dim": 16}
 _DOCTOR_DECODE = (({"batch": 3, **_TINY}, torch.float32), ({"batch": 2, **_TINY}, torch.bfloat16))
 _DOCTOR_PREFILL = (({"lengths": (5, 20, 1), **_TINY}, torch.float32), ({"lengths": (3, 17), **_TINY}, torch.bfloat16))
 GDN_LOOKUP = ("key_dim", "value_dim")
+_SERVED = ("hybrid linear attention",)  # the install table's touchpoint (sglang_plugin/linear_attention/)
 
 SPECS = [
     OpSpec("causal_conv1d", "linear_attention", causal_conv1d_case, _DOCTOR_CONV, _conv_bench(False),
            tune_candidates=conv_tune_candidates, x_axis="lengths", kernels=_conv_kernels(False), config_keys=CONV_KEYS,
-           function=causal_conv1d, lookup_dims=("dim",), generation_shapes=prefill_generation_shapes),
+           function=causal_conv1d, lookup_dims=("dim",), generation_shapes=prefill_generation_shapes, sglang=_SERVED),
     OpSpec("causal_conv1d_update", "linear_attention", causal_conv1d_update_case, _DOCTOR_UPDATE,
            _conv_bench(True), tune_candidates=conv_update_tune_candidates, x_axis="batch",
            kernels=_conv_kernels(True), config_keys={"BLOCK_D": TILE}, function=causal_conv1d_update,
            lookup_dims=("dim",), generation_shapes=decode_generation_shapes, graph_capture=True,
-           sglang_baselines=baselines("linear_attention:causal_conv1d_update", "inspect")),
+           sglang_baselines=baselines("linear_attention:causal_conv1d_update", "inspect"), sglang=_SERVED),
     OpSpec("gated_delta_rule_decode", "linear_attention", gated_delta_rule_decode_case, _DOCTOR_DECODE,
            _gdn_bench(True), tune_candidates=gdn_decode_tune_candidates, x_axis="batch", kernels=_gdn_kernels(True),
            config_keys={"BLOCK_V": TILE}, function=gated_delta_rule_decode, lookup_dims=GDN_LOOKUP,
            generation_shapes=decode_generation_shapes, graph_capture=True, traffic=gdn_decode_traffic,
-           sglang_baselines=baselines("linear_attention:gated_delta_rule_decode", "inspect", "traffic")),
+           sglang_baselines=baselines("linear_attention:gated_delta_rule_decode", "inspect", "traffic"),
+           sglang=_SERVED),
     OpSpec("gated_delta_rule_prefill", "linear_attention", gated_delta_rule_prefill_case, _DOCTOR_PREFILL,
            _gdn_bench(False), tune_candidates=gdn_prefill_tune_candidates, x_axis="lengths",
            kernels=_gdn_kernels(False), config_keys={"CHUNK": TILE, "BLOCK_V": TILE, "formulation": FORMULATION},
            function=gated_delta_rule_prefill, lookup_dims=GDN_LOOKUP, generation_shapes=prefill_generation_shapes,
-           sglang_baselines=baselines("linear_attention:gated_delta_rule_prefill", "inspect")),
+           sglang_baselines=baselines("linear_attention:gated_delta_rule_prefill", "inspect"), sglang=_SERVED),
 ]  # fmt: skip

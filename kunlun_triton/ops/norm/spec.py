@@ -132,5 +132,5 @@ SPECS = [
     OpSpec("gated_rms_norm", "norm", gated_rms_norm_case, DOCTOR, bench_shapes, tune_candidates=tune_candidates,
            tune_shapes=tune_shapes, tune_keep=tune_keep, x_axis="rows", kernels=_gated_kernels,
            config_keys=CONFIG_KEYS, function=gated_rms_norm, lookup_dims=("hidden_size",),
-           generation_shapes=generation_shapes, graph_capture=True),
+           generation_shapes=generation_shapes, graph_capture=True, sglang=("hybrid linear attention",)),
 ]  # fmt: skip

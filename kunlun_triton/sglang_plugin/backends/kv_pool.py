@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 
 import torch
-from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, MLATokenToKVPool
+from sglang.srt.mem_cache.memory_pool import HybridLinearKVPool, MHATokenToKVPool, MLATokenToKVPool
 
 from ..platform.mode import dev_mode
 
@@ -30,18 +30,28 @@ from ..platform.mode import dev_mode
 FP8_KV_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 
 
+def full_attention_pool(pool):
+    """The pool that stores a hybrid model's full-attention K/V (Qwen3-Next's
+    HybridLinearKVPool wraps one MHA pool and translates layer ids in
+    get_key_buffer / set_kv_buffer, so callers keep the wrapper for those)."""
+    return pool.full_kv_pool if isinstance(pool, HybridLinearKVPool) else pool
+
+
 def fp8_pool(pool) -> bool:
     """True when `pool` keeps K/V as fp8 bytes (SGLang's fp8 KV cache: uint8
     storage, float8 views from get_key_buffer / get_value_buffer)."""
+    pool = full_attention_pool(pool)
     return pool.dtype in FP8_KV_DTYPES and getattr(pool, "store_dtype", pool.dtype) == torch.uint8
 
 
 def _plain_storage(pool) -> bool:
+    pool = full_attention_pool(pool)
     return getattr(pool, "store_dtype", pool.dtype) == pool.dtype or fp8_pool(pool)
 
 
 def plain_pool(pool) -> bool:
     """True when `pool` stores K/V in the model dtype or as fp8 bytes, NHD layout."""
+    pool = full_attention_pool(pool)
     return (
         isinstance(pool, MHATokenToKVPool)
         and not getattr(pool, "is_quantized_kv_cache", False)
@@ -64,6 +74,7 @@ def plain_mla_pool(pool) -> bool:
 def accepts_values(pool, *tensors) -> bool:
     """Whether `store_kv` takes these K/V as they are: the pool's dtype, or
     any compute dtype for an fp8 pool (store_kv encodes)."""
+    pool = full_attention_pool(pool)
     dtype = tensors[0].dtype
     if any(t.dtype != dtype for t in tensors):
         return False

@@ -203,8 +203,10 @@ class _KunlunSRTPlatformBase(SRTPlatform):
 
     def post_load_model(self, model) -> None:
         from ..layers.moe import check_model  # function-level: see get_kv_pool_cls
+        from ..linear_attention import apply_after_load
 
         check_model(model)  # quantized or expert-parallel MoE cannot run here: say so now
+        apply_after_load(model)  # the GDN layers' hooks (linear_attention/: the module needs model_runner loaded)
         logger.info("kunlun-triton: model loaded; kernels run on target %s", current_target())
 
 

@@ -1,4 +1,5 @@
-"""Tiny random checkpoints (Llama, Qwen2/3, Qwen3-MoE, Mixtral, Mistral, Phi-3, Gemma-2, DeepSeek-V2, gpt-oss) built locally.
+"""Tiny random checkpoints (Llama, Qwen2/3, Qwen3-MoE, Mixtral, Mistral, Phi-3, Gemma-2, DeepSeek-V2, gpt-oss,
+Qwen3-Next, Qwen3.5 text) built locally.
 
 No hub access: the config is written by hand, the weights are random (seeded),
 and the tokenizer is a byte-level BPE trained with `tokenizers` on a small
@@ -17,11 +18,17 @@ from pathlib import Path
 
 from ...runtime.env import env_str
 
-ARCHS = ("llama", "qwen2", "qwen3", "qwen3_moe", "mixtral", "mistral", "phi3", "gemma2", "deepseek_v2", "gpt_oss")
+ARCHS = ("llama", "qwen2", "qwen3", "qwen3_moe", "mixtral", "mistral", "phi3", "gemma2", "deepseek_v2", "gpt_oss",
+         "qwen3_next", "qwen3_5")
 # Sliding windows shorter than the test prompts, so the window changes the answer.
 WINDOW = 8
 # The MoE models: 8 experts, 2 per token, expert width 48 (24 per rank at TP 2: not a power of two).
 MOE_EXPERTS, MOE_TOP_K, MOE_INTERMEDIATE = 8, 2, 48
+# Hybrid linear attention (gated delta net): 2 key heads, 4 value heads (2 per key head), head dims 16,
+# conv width 4; three GDN layers then one gated full-attention layer, as the real models interleave them.
+GDN = dict(linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=16,
+           linear_conv_kernel_dim=4,
+           layer_types=["linear_attention", "linear_attention", "linear_attention", "full_attention"])  # fmt: skip
 
 # A ChatML-style template: enough for /v1/chat/completions and multi-turn chats.
 CHAT_TEMPLATE = (
@@ -144,6 +151,17 @@ def _config(arch: str, vocab_size: int, tokenizer):
                                          layer_types=["sliding_attention", "full_attention"], num_local_experts=4,
                                          num_experts_per_tok=2, swiglu_limit=2.0, rope_parameters=yarn,
                                          **{**common, "intermediate_size": 64})  # fmt: skip  (MXFP4: multiples of 32)
+    if arch in ("qwen3_next", "qwen3_5"):
+        # Partial rotary: a quarter of the head (Qwen3-Next's), half of it for Qwen3.5.
+        rope = {"rope_type": "default", "rope_theta": 10000.0,
+                "partial_rotary_factor": 0.25 if arch == "qwen3_next" else 0.5}
+        hybrid = {**common, "num_hidden_layers": 4, "head_dim": 16, "rope_parameters": rope, **GDN}
+        if arch == "qwen3_next":  # MoE in every layer, with a gated shared expert
+            return transformers.Qwen3NextConfig(tie_word_embeddings=False, num_experts=MOE_EXPERTS,
+                                                num_experts_per_tok=MOE_TOP_K, moe_intermediate_size=MOE_INTERMEDIATE,
+                                                shared_expert_intermediate_size=MOE_INTERMEDIATE, norm_topk_prob=True,
+                                                decoder_sparse_step=1, mlp_only_layers=[], **hybrid)  # fmt: skip
+        return transformers.Qwen3_5TextConfig(tie_word_embeddings=False, **hybrid)
     return transformers.Qwen2Config(tie_word_embeddings=True, use_sliding_window=False, **common)
 
 
@@ -173,12 +191,25 @@ def build_tiny_model(out_dir, arch: str = "llama", seed: int = 0, overwrite: boo
                 p.uniform_(0.8, 1.2)  # non-trivial norm weights, still stable
             elif name.endswith("bias"):
                 p.normal_(0.0, 0.1)
+            elif name.endswith("A_log"):
+                # Slow decay (exp(g) about 0.9 a token): the recurrent state carries far past
+                # a chunk, so a state lost or misread at a boundary changes the answer.
+                p.uniform_(-4.0, -1.0)
             elif name.endswith("sinks"):
                 # Far from zero, both signs: a sink that matters. bf16 values: SGLang's gpt-oss
                 # keeps its sinks in bf16 whatever the model's dtype (as the checkpoints store them).
                 p.copy_(torch.empty_like(p).uniform_(-4.0, 4.0).to(torch.bfloat16))
     model.generation_config.do_sample = False
     model.save_pretrained(str(out), safe_serialization=True)
+    if arch in ("qwen3_next", "qwen3_5"):
+        # SGLang reads these two at the top level, as the released checkpoints carry them: the
+        # layer kinds (HF derives layer_types from it and drops it) and the rotary fraction (HF
+        # reads rope_parameters'; SGLang's config class would default to 0.25 without it).
+        cfg_path = out / "config.json"
+        cfg = json.loads(cfg_path.read_text())
+        cfg["full_attention_interval"] = GDN["layer_types"].index("full_attention") + 1
+        cfg["partial_rotary_factor"] = cfg["rope_parameters"]["partial_rotary_factor"]
+        cfg_path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
     marker.write_text(json.dumps({"arch": arch, "seed": seed, "vocab_size": len(tokenizer)}))
     return out
 

@@ -1,0 +1,107 @@
+"""SGLang's gated-delta-net layers (Qwen3-Next, Qwen3.5) on our kernels.
+
+SGLang 0.5.23 runs a GDN layer in ``GDNAttnBackend.forward_decode`` /
+``forward_extend`` (``srt/layers/attention/linear/gdn_backend.py``): the
+causal conv1d (FLA's Triton ``causal_conv1d_fn`` / ``causal_conv1d_update``,
+module globals there), the gates (``fused_gdn_gating``) and the delta rule
+through its ``GDNKernelDispatcher`` (FLA's ``chunk_gated_delta_rule`` and
+``fused_sigmoid_gating_delta_rule_update``). The dispatcher is too narrow a
+seam: it receives the gates already computed and never sees the conv. So the
+AROUND hooks below take the two forwards whole, on the batches our kernels
+serve, and read SGLang's state pool as it is:
+
+- conv states ``mamba2_layer_cache(layer).conv[0]``: [slots, conv dim,
+  width - 1], the layout of ``ops.causal_conv1d`` / ``causal_conv1d_update``;
+- recurrent states ``.temporal``: [slots, value heads, value dim, key dim]
+  (fp32), the layout of ``ops.gated_delta_rule_prefill`` / ``_decode``, which
+  fuse the gating (``-exp(A_log) * softplus(a + dt_bias)``, ``sigmoid(b)``)
+  and the q/k L2 normalisation as SGLang's decode kernel does;
+- ``forward_metadata.mamba_cache_indices``: each request's slot (-1 padding),
+  ``query_start_loc``: the ragged bounds of the extend batch;
+  ``extend_prefix_lens > 0``: the requests that continue a cached or chunked
+  prefix (their states are read; the others start from zeros).
+
+Target verify (speculative decoding), multi-item scoring, the fused decode
+projection (a tuple ``mixed_qkv``) and the extra_buffer prefix cache's state
+tracking stay SGLang's: the platform refuses them at start (``rules.py``),
+and a batch that reaches one anyway runs SGLang's original forward.
+Scope: platform. Test: tests/sglang_plugin/test_sglang_qwen3_next.py.
+"""
+
+from __future__ import annotations
+
+import torch
+
+GDN_BACKEND = "sglang.srt.layers.attention.linear.gdn_backend.GDNAttnBackend"
+DECODE_HOOK = f"{GDN_BACKEND}.forward_decode"
+EXTEND_HOOK = f"{GDN_BACKEND}.forward_extend"
+
+
+def _ours(backend, forward_batch, mixed_qkv) -> bool:
+    """Whether this batch is one our kernels serve (else SGLang's forward runs)."""
+    metadata = backend.forward_metadata
+    return (
+        isinstance(mixed_qkv, torch.Tensor)
+        and not forward_batch.forward_mode.is_target_verify()
+        and getattr(backend, "mis_metadata", None) is None
+        and not getattr(metadata, "has_mamba_track_mask", False)
+        and getattr(metadata, "replayssm_write_pos", None) is None
+    )
+
+
+def _states(backend, layer):
+    cache = backend.req_to_token_pool.mamba2_layer_cache(layer.layer_id)
+    return cache.conv[0], cache.temporal
+
+
+def _split(layer, mixed_qkv: torch.Tensor):
+    """q, k [tokens, key heads, key dim] and v [tokens, value heads, value dim]:
+    strided views of the conv output (the kernels take row and head strides)."""
+    tokens = mixed_qkv.shape[0]
+    q, k, v = torch.split(mixed_qkv, [layer.q_dim, layer.k_dim, layer.v_dim], dim=-1)
+    return (q.view(tokens, layer.num_q_heads, layer.head_q_dim), k.view(tokens, layer.num_k_heads, layer.head_k_dim),
+            v.view(tokens, layer.num_v_heads, layer.head_v_dim))  # fmt: skip
+
+
+def gdn_forward_decode(original, self, layer=None, forward_batch=None, mixed_qkv=None, a=None, b=None, **kwargs):
+    """AROUND ``GDNAttnBackend.forward_decode``: one token per request, the conv
+    window and the recurrent state stepped in place in each request's slot."""
+    if not _ours(self, forward_batch, mixed_qkv):
+        return original(self, layer=layer, forward_batch=forward_batch, mixed_qkv=mixed_qkv, a=a, b=b, **kwargs)
+    from kunlun_triton import ops
+
+    from ..platform.mode import dev_mode
+
+    check = dev_mode()
+    conv_states, ssm_states = _states(self, layer)
+    slots = self.forward_metadata.mamba_cache_indices
+    x = ops.causal_conv1d_update(mixed_qkv, conv_states, layer.conv_weights, layer.bias, slots,
+                                 activation=layer.activation, check=check)  # fmt: skip
+    q, k, v = _split(layer, x)
+    out = ops.gated_delta_rule_decode(q, k, v, a, b, layer.A_log, layer.dt_bias, ssm_states, slots,
+                                      scale=layer.head_k_dim**-0.5, check=check)  # fmt: skip
+    return out.unsqueeze(0)  # [1, tokens, value heads, value dim], as SGLang's kernels return it
+
+
+def gdn_forward_extend(original, self, layer=None, forward_batch=None, mixed_qkv=None, a=None, b=None, **kwargs):
+    """AROUND ``GDNAttnBackend.forward_extend``: a ragged prefill batch (chunked
+    prefill and cached prefixes continue from the slot's states)."""
+    if not _ours(self, forward_batch, mixed_qkv):
+        return original(self, layer=layer, forward_batch=forward_batch, mixed_qkv=mixed_qkv, a=a, b=b, **kwargs)
+    from kunlun_triton import ops
+
+    from ..platform.mode import dev_mode
+
+    check = dev_mode()
+    conv_states, ssm_states = _states(self, layer)
+    metadata = self.forward_metadata
+    slots, starts = metadata.mamba_cache_indices, metadata.query_start_loc
+    has_initial_state = forward_batch.extend_prefix_lens > 0
+    lengths = forward_batch.extend_seq_lens_cpu
+    longest = max(lengths) if lengths else None  # a host int: no sync in the launcher
+    x = ops.causal_conv1d(mixed_qkv, layer.conv_weights, layer.bias, conv_states, starts, slots, has_initial_state,
+                          activation=layer.activation, max_len=longest, check=check)  # fmt: skip
+    q, k, v = _split(layer, x)
+    out = ops.gated_delta_rule_prefill(q, k, v, a, b, layer.A_log, layer.dt_bias, ssm_states, slots, starts,
+                                       has_initial_state, scale=layer.head_k_dim**-0.5, check=check)  # fmt: skip
+    return out.unsqueeze(0)
