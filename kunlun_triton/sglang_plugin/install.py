@@ -316,7 +316,7 @@ TOUCHPOINTS = (
                "gpt-oss's MXFP4 checkpoints: experts kept 4-bit, decoded in fused_experts' GEMM loops "
                "(use_mxfp4_w4a16)", "sglang"),
     Touchpoint("MoE support check", "platform hook", "SRTPlatform.apply_server_args_defaults / post_load_model",
-               "a clear error at start for expert parallelism, non-triton MoE runners and quantized MoE", "sglang"),
+               "a clear error at start for MoE a2a backends, non-triton MoE runners and quantized MoE", "sglang"),
     Touchpoint("W8A8-INT8 quantization", "hook",
                "quantization.w8a8_int8.W8A8Int8LinearMethod.apply, W8A8Int8MoEMethod.apply (AROUND)",
                "--quantization w8a8_int8: linear layers (quantize the activations, then the int8 GEMM), int8 "

@@ -171,6 +171,7 @@ def method_class():
                 use_mxfp4_w4a16=True, w13_scale=layer.w13_weight_scale, w2_scale=layer.w2_weight_scale,
                 b1=getattr(layer, "w13_weight_bias", None), b2=getattr(layer, "w2_weight_bias", None),
                 gemm1_alpha=cfg.gemm1_alpha, gemm1_limit=cfg.gemm1_clamp_limit, check=dev_mode(),
+                ids_may_be_invalid=layer.moe_ep_size > 1,  # expert parallelism's -1 (layers/moe.py)
             )  # fmt: skip
             return StandardCombineInput(hidden_states=out)
 
