@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from .platform.names import ATTENTION_BACKEND, DISPATCH_KEY, LOGGER, SAMPLING_BACKEND
+from .layers.dp_attention import hook_dp_attention
 
 logger = logging.getLogger(LOGGER)
 
@@ -371,6 +372,8 @@ TOUCHPOINTS = (
                "kunlun_triton.memory.PagedKVAllocator (page_size > 1)", "sglang"),
     Touchpoint("collectives", "hook", "parallel_state.GroupCoordinator.{all_reduce, all_gather, ...} (AROUND)",
                "kunlun_triton.comm.TPCommunicator (tp_size > 1)", "platform", _hook_collectives),
+    Touchpoint("DP attention", "hook", "dp_attention.memcpy, ForwardBatch.prepare_mlp_sync_batch (AROUND)",
+               "SGLang's slice copy for the gather; token counts unpinned off a card", "platform", hook_dp_attention),
 )  # fmt: skip
 
 _applied: set[str] = set()

@@ -44,6 +44,7 @@ import logging
 import torch
 
 from ..platform.mode import dev_mode
+from .dp_attention import dp_gathered
 
 logger = logging.getLogger("kunlun_triton.sglang_plugin")
 
@@ -100,7 +101,8 @@ def _topk_forward(self, hidden_states, router_logits, *, num_token_non_padded=No
     weights, ids = ops.moe_topk(
         router_logits, cfg.top_k, renormalize=cfg.renormalize, scoring=cfg.scoring_func,
         correction_bias=cfg.correction_bias, num_expert_group=cfg.num_expert_group if grouped else None,
-        topk_group=cfg.topk_group if grouped else None, routed_scaling_factor=scaling, check=dev_mode(),
+        topk_group=cfg.topk_group if grouped else None, routed_scaling_factor=scaling,
+        check=dev_mode() and not dp_gathered(),  # DP attention's pad rows are uninitialised by design
     )  # fmt: skip
     if padded is not None:  # SGLang bounds the real rows under EP: -1 drops the padding (select_experts' CPU path)
         ids.masked_fill_((torch.arange(ids.shape[0], device=ids.device) >= padded)[:, None], -1)
@@ -108,6 +110,12 @@ def _topk_forward(self, hidden_states, router_logits, *, num_token_non_padded=No
     capture_routed_experts_if_allowed(cfg, self.layer_id, ids)
     get_global_expert_distribution_recorder().on_select_experts(topk_ids=ids)
     return self._apply_waterfill(StandardTopKOutput(weights, ids, router_logits), hidden_states.shape[0])
+
+
+def ids_may_be_invalid(layer) -> bool:
+    """Expert ids outside the layer's local experts may reach fused_experts:
+    EP's -1 for other ranks' experts, and ids routed from DP attention's pad rows."""
+    return layer.moe_ep_size > 1 or dp_gathered()
 
 
 def _ours_can_run(self, layer, dispatch_output, int8: bool) -> bool:
@@ -146,7 +154,7 @@ def _run_fused_experts(self, layer, dispatch_output, **quant):
         topk_output.topk_ids, activation=cfg.activation,
         apply_router_weight_on_input=bool(cfg.apply_router_weight_on_input),
         out=dispatch_output.hidden_states if cfg.inplace else None,  # as SGLang's Triton runner
-        check=dev_mode(), ids_may_be_invalid=layer.moe_ep_size > 1, b1=getattr(layer, "w13_weight_bias", None),
+        check=dev_mode(), ids_may_be_invalid=ids_may_be_invalid(layer), b1=getattr(layer, "w13_weight_bias", None),
         b2=getattr(layer, "w2_weight_bias", None), gemm1_alpha=cfg.gemm1_alpha, gemm1_limit=cfg.gemm1_clamp_limit,
         **quant,
     )  # fmt: skip
