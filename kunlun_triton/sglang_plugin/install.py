@@ -57,6 +57,7 @@ from .install_steps import (
     register_moe_forwards,
     register_sampling_backend,
 )
+from .layers.dp_attention import hook_dp_attention
 from .linear_attention import hook_hybrid_models
 from .platform.names import ATTENTION_BACKEND, LOGGER, SAMPLING_BACKEND
 
@@ -140,7 +141,7 @@ TOUCHPOINTS = (
                "gpt-oss's MXFP4 checkpoints: experts kept 4-bit, decoded in fused_experts' GEMM loops "
                "(use_mxfp4_w4a16)", "sglang"),
     Touchpoint("MoE support check", "platform hook", "SRTPlatform.apply_server_args_defaults / post_load_model",
-               "a clear error at start for expert parallelism, non-triton MoE runners and quantized MoE", "sglang"),
+               "a clear error at start for MoE a2a backends, non-triton MoE runners and quantized MoE", "sglang"),
     Touchpoint("W8A8-INT8 quantization", "hook",
                "quantization.w8a8_int8.W8A8Int8LinearMethod.apply, W8A8Int8MoEMethod.apply / .create_weights "
                "(AROUND)", "--quantization w8a8_int8: linear layers (quantize the activations, then the int8 GEMM), "
@@ -197,6 +198,8 @@ TOUCHPOINTS = (
                "norms, Qwen3GatedDeltaNet.__init__ (AROUND)", "linear_attention/", "platform", hook_hybrid_models),
     Touchpoint("collectives", "hook", "parallel_state.GroupCoordinator.{all_reduce, all_gather, ...} (AROUND)",
                "kunlun_triton.comm.TPCommunicator (tp_size > 1)", "platform", hook_collectives),
+    Touchpoint("DP attention", "hook", "dp_attention.memcpy, ForwardBatch.prepare_mlp_sync_batch (AROUND)",
+               "SGLang's slice copy for the gather; token counts unpinned off a card", "platform", hook_dp_attention),
 )  # fmt: skip
 
 _applied: set[str] = set()

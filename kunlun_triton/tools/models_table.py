@@ -64,9 +64,10 @@ def render_notes() -> str:
     lines = ["Refused options fail at start-up (before a request is served) with an error naming the model, "
              "the feature and what to do:", ""]  # fmt: skip
     lines += [f"- {entry.key}: {entry.advice}." for entry in UNSUPPORTED]
-    lines.append("- expert parallelism / MoE runners other than triton / quantized experts other than W8A8-INT8 "
-                 "and MXFP4 (MoE models): use --tp-size, --moe-runner-backend auto, the unquantized, a w8a8_int8 "
-                 "or an MXFP4 checkpoint.")  # fmt: skip
+    lines.append("- MoE all-to-all backends / MoE runners other than triton / quantized experts other than "
+                 "W8A8-INT8 and MXFP4 (MoE models): use --moe-a2a-backend none (--ep-size then runs SGLang's "
+                 "standard dispatcher), --moe-runner-backend auto, the unquantized, a w8a8_int8 or an MXFP4 "
+                 "checkpoint.")  # fmt: skip
     return "\n".join(lines)
 
 

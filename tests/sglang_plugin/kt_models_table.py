@@ -38,9 +38,9 @@ def refusals(path, moe: bool) -> list[str]:
         refused.append(key)
     check_support(SimpleNamespace(**base), ours=True)  # the plain options pass
     if moe:
-        with pytest.raises(moe_support.UnsupportedMoE, match="Use --tp-size"):
-            moe_support.check_server_args(SimpleNamespace(ep_size=2, moe_a2a_backend="none", moe_runner_backend="auto"))
-        refused.append("expert parallelism")
+        with pytest.raises(moe_support.UnsupportedMoE, match="--moe-a2a-backend deepep"):
+            moe_support.check_server_args(SimpleNamespace(ep_size=2, moe_a2a_backend="deepep", moe_runner_backend="auto"))
+        refused.append("MoE all-to-all backends")
     return refused
 
 

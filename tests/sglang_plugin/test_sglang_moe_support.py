@@ -1,7 +1,8 @@
 """What the kunlun platform refuses in MoE serving, and how it says so:
-expert parallelism, non-triton MoE runner backends and quantized experts
-need CUDA-only SGLang kernels, so they fail at start with an error naming
-the setting and what to do instead."""
+all-to-all backends (--moe-a2a-backend), non-triton MoE runner backends and
+quantized experts need CUDA-only SGLang kernels, so they fail at start with
+an error naming the setting and what to do instead. Expert parallelism on
+SGLang's standard dispatcher is served (test_sglang_expert_parallel.py)."""
 
 from types import SimpleNamespace
 
@@ -18,11 +19,11 @@ def _args(**kw):
 def test_plain_tensor_parallel_moe_is_accepted():
     moe.check_server_args(_args())
     moe.check_server_args(_args(moe_runner_backend="triton"))
+    moe.check_server_args(_args(ep_size=2))  # --ep-size with --moe-a2a-backend none
 
 
 @pytest.mark.parametrize("args,match", [
-    (_args(ep_size=2), "expert parallelism \\(--ep-size 2\\).*Use --tp-size"),
-    (_args(moe_a2a_backend="deepep"), "--moe-a2a-backend deepep"),
+    (_args(ep_size=2, moe_a2a_backend="deepep"), "--moe-a2a-backend deepep.*leave --moe-a2a-backend at 'none'"),
     (_args(moe_runner_backend="flashinfer_cutlass"), "--moe-runner-backend flashinfer_cutlass"),
 ])  # fmt: skip
 def test_unsupported_moe_settings_fail_clearly(args, match):
@@ -41,7 +42,7 @@ def _fake_moe_layer(method, ep_size=1):
     return layer
 
 
-def test_quantized_or_expert_parallel_moe_layers_are_refused():
+def test_quantized_moe_layers_are_refused_expert_parallel_ones_served():
     from sglang.srt.layers.quantization.unquant import UnquantizedFusedMoEMethod
 
     class Fp8LikeMoEMethod:  # any method but the unquantized one
@@ -54,9 +55,8 @@ def test_quantized_or_expert_parallel_moe_layers_are_refused():
     model[2] = _fake_moe_layer(Fp8LikeMoEMethod())
     with pytest.raises(moe.UnsupportedMoE, match="MoE layer 2 uses Fp8LikeMoEMethod.*unquantized, a w8a8_int8 or an MXFP4 checkpoint"):
         moe.check_model(model)
-    model[2] = _fake_moe_layer(plain, ep_size=4)
-    with pytest.raises(moe.UnsupportedMoE, match="layer 2 is expert-parallel"):
-        moe.check_model(model)
+    model[2] = _fake_moe_layer(plain, ep_size=4)  # each rank's local experts, SGLang's -1 for the others
+    assert moe.check_model(model) == 2
 
 
 def test_the_install_table_routes_the_moe_classes_to_our_ops(monkeypatch):

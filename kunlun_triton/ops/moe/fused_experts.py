@@ -16,8 +16,13 @@ Launches (T x K = n routing slots):
    (two fp32 accumulators), and store act(gate) * up in sorted row order;
 3. `moe_down_kernel`, grid (blocks, H / BLOCK_N): those rows times W2[e],
    times the routing weight, stored per slot (or straight into the output
-   when K = 1);
-4. `moe_sum_kernel` (K > 1): out[t] = sum over t's K slots, in fp32.
+   when K = 1 and every id names an expert);
+4. `moe_sum_kernel` (K > 1, or ``ids_may_be_invalid``): out[t] = sum over
+   t's K slots whose id is in [0, E), in fp32.
+
+Ids outside [0, E) (expert parallelism's -1) get no row from alignment, so
+only the sum writes their tokens; K = 1 skips it, so a caller passing such
+ids says so (``ids_may_be_invalid``) and K = 1 sums too (no cost otherwise).
 
 A decode (one alignment launch, float experts) launches them as one
 `LaunchSequence`: one key over the 21 arguments they pick from instead of
@@ -113,9 +118,10 @@ class _Plan:
     """What a shape class launches with: block sizes and a `KernelLaunch` per kernel."""
 
     def __init__(self, experts, top_k, hidden, inter, dtype, activation, on_input, formulation, config, caps=None,
-                 weights="float", gemm1=None):  # fmt: skip
+                 weights="float", gemm1=None, summed=None):  # fmt: skip
         caps = caps or capabilities()
         gemm1 = gemm1 or PLAIN[activation]
+        self.summed = top_k > 1 if summed is None else bool(summed)  # slot outputs, then moe_sum_kernel
         int8, mxfp4 = weights == "int8", weights == "mxfp4"
         name = formulation or config.get("formulation") or ("dot" if caps.has_dot else "sum")
         require_choice(OP, "formulation", name, FORMULATIONS)
@@ -170,14 +176,15 @@ class _Plan:
         self.extended = mxfp4 or gemm1.b1 or gemm1.b2
         picks = _DECODE_PICKS[self.extended]
         steps = [(self.align_single, picks["align"]), (self.gate_up, picks["gate_up"]), (self.down, picks["down"])] \
-            + ([(self.sum, picks["sum"])] if top_k > 1 else [])  # fmt: skip
+            + ([(self.sum, picks["sum"])] if self.summed else [])  # fmt: skip
         self.decode = LaunchSequence([(launch, None, pick) for launch, pick in steps],
                                      len(_DECODE_ARGS) + self.extended * len(_EXTRA_ARGS))  # fmt: skip
 
 
-# The decode sequence's argument tuple and each launch's pick of it; K = 1's
-# down launch writes the output (`down_out` = out, offset 0, out's row
-# stride), K > 1's the scratch after the activations (summed by the last).
+# The decode sequence's argument tuple and each launch's pick of it; an
+# unsummed plan's (K = 1) down launch writes the output (`down_out` = out,
+# offset 0, out's row stride), a summed one's the scratch after the
+# activations (summed by the last).
 _DECODE_ARGS = ("ids", "index", "n", "bound", "x", "w13", "scratch", "weights", "x_stride", "w13_stride_e",
                 "w13_stride_n", "none", "w2", "down_out", "down_offset", "w2_stride_e", "w2_stride_n",
                 "down_stride", "out", "tokens", "out_stride")  # fmt: skip
@@ -213,7 +220,7 @@ def _group_tile(tile: int, size: int) -> int:
 
 @plan_cache
 def _plan(bucket, experts, top_k, hidden, inter, dtype, activation, on_input, formulation, weights="float",
-          gemm1=None, config=None) -> _Plan:  # fmt: skip
+          gemm1=None, summed=False, config=None) -> _Plan:  # fmt: skip
     """The launch plan of a shape class (token count rounded up to a power
     of two): resolved once per class, target and config directory (an
     explicit `config` builds afresh)."""
@@ -221,7 +228,7 @@ def _plan(bucket, experts, top_k, hidden, inter, dtype, activation, on_input, fo
     dims = dict(tokens=bucket, num_experts=experts, top_k=top_k, hidden_size=hidden, intermediate_size=inter)
     config = lookup_config(OP, **dims) if config is None else explicit_config(OP, config, **dims)
     return _Plan(experts, top_k, hidden, inter, dtype, activation, on_input, formulation, config, weights=weights,
-                 gemm1=gemm1)  # fmt: skip
+                 gemm1=gemm1, summed=summed)  # fmt: skip
 
 
 def blocks_bound(n: int, experts: int, block_m: int) -> int:
@@ -273,6 +280,7 @@ def fused_experts(
     gemm1_alpha: float | None = None,
     gemm1_limit: float | None = None,
     gate_up_interleaved: bool | None = None,
+    ids_may_be_invalid: bool = False,
 ) -> torch.Tensor:
     """The routed experts' output [T, H] in hidden_states' dtype (see the module doc).
 
@@ -305,9 +313,11 @@ def fused_experts(
     "gelu_tanh". With `apply_router_weight_on_input` the weight scales the
     input of W13 instead of the output of W2. Checked mode (`check`,
     ``KUNLUN_TRITON_CHECK``) validates shapes, dtypes and devices and
-    rejects ids outside [0, E) (a sync); unchecked, the launcher reads only
-    the sizes it launches with (a wrong shape reads unrelated memory) and
-    ids outside [0, E) contribute nothing (expert parallelism's -1). `formulation`
+    rejects ids outside [0, E) (a sync) unless ``ids_may_be_invalid``;
+    unchecked, the launcher reads only the sizes it launches with (a wrong
+    shape reads unrelated memory). ``ids_may_be_invalid`` (expert
+    parallelism's -1): such ids contribute exactly zero whatever K; without
+    it only for K > 1 (K = 1 leaves the token's row as it was). `formulation`
     ("dot" | "sum") overrides the config's. `out` [T, H] (rows may be
     strided) receives the result instead of a new tensor; it may be
     hidden_states itself (SGLang's ``inplace``: the input is read in full
@@ -329,7 +339,7 @@ def fused_experts(
                          hidden_states=tuple(hidden_states.shape))  # fmt: skip
             require_same(OP, "dtypes of out and hidden_states", out=out.dtype, hidden_states=hidden_states.dtype)
             require_same_device(OP, hidden_states=hidden_states, out=out)
-        if tokens:
+        if tokens and not ids_may_be_invalid:
             check_ids(topk_ids, experts)
         tensors = (hidden_states, w13, w2, topk_weights, topk_ids)
     else:  # the launch's sizes only: the shapes and devices are the caller's promise
@@ -350,28 +360,29 @@ def fused_experts(
                                                  apply_router_weight_on_input=apply_router_weight_on_input, b1=b1,
                                                  b2=b2, gemm1_alpha=gemm1_alpha, gemm1_limit=gemm1_limit,
                                                  gate_up_interleaved=gemm1.interleaved, **quant))  # fmt: skip
+    summed = top_k > 1 or bool(ids_may_be_invalid)
     args = (1 << (tokens - 1).bit_length(), experts, top_k, hidden, inter, hidden_states.dtype, activation,
             bool(apply_router_weight_on_input), formulation, weights_format, gemm1 if gemm1 != PLAIN.get(activation)
-            else None)  # fmt: skip
+            else None, summed)  # fmt: skip
     plan = _plan(*args) if config is None else _plan.uncached(*args, config)
     ids = topk_ids if topk_ids.is_contiguous() else topk_ids.contiguous()
     weights = topk_weights if topk_weights.is_contiguous() else topk_weights.contiguous()
     n = tokens * top_k
     # One scratch allocation: the sorted rows' act(gate) * up [n, I], then
-    # (K > 1) the slot outputs [n, H] from a 64-element boundary (aligned
+    # (summed) the slot outputs [n, H] from a 64-element boundary (aligned
     # whatever n: Triton specialises the offset on its 16-divisibility).
     inter_size = -(-n * inter // 64) * 64
-    scratch = hidden_states.new_empty(inter_size + n * hidden if top_k > 1 else n * inter)
+    scratch = hidden_states.new_empty(inter_size + n * hidden if summed else n * inter)
     int8 = weights_format == "int8"
     if n <= align.SINGLE_PROGRAM_SLOTS and not int8:  # a decode: its launches as one sequence
         bound = blocks_bound(n, experts, plan.block_m)
         index = ids.new_empty(3 * bound + n, dtype=torch.int32)
-        down_out, down_offset, down_stride = (scratch, inter_size, hidden) if top_k > 1 else (out, 0, out.stride(0))
+        down_out, down_offset, down_stride = (scratch, inter_size, hidden) if summed else (out, 0, out.stride(0))
         plan.decode((ids, index, n, bound, hidden_states, w13, scratch, weights, hidden_states.stride(0),
                      *w13.stride()[:2], None, w2, down_out, down_offset, *w2.stride()[:2], down_stride, out, tokens,
                      out.stride(0), *((w13_scale, w2_scale, b1, b2) if plan.extended else ())),
                     ((1, 1, 1), (bound, plan.gate_up_tiles, 1), (bound, plan.down_tiles, 1),
-                     (-(-tokens // plan.sum_rows), plan.sum_cols, 1))[: 3 + (top_k > 1)])  # fmt: skip
+                     (-(-tokens // plan.sum_rows), plan.sum_cols, 1))[: 3 + summed])  # fmt: skip
         return out
     x, x_scale = per_token_quant_int8(hidden_states, check=False) if int8 else (hidden_states, None)
     index, bound = align_slots(ids, experts, plan)
@@ -380,7 +391,7 @@ def fused_experts(
     # W8A8: the activation rows quantized per row (SGLang's intermediate cache quantized per token)
     inter_rows, inter_scale = per_token_quant_int8(scratch[: n * inter].view(n, inter), check=False) if int8 \
         else (scratch, None)  # fmt: skip
-    if top_k == 1:
+    if not summed:
         plan.down((bound, plan.down_tiles),
             inter_rows, w2, out, 0, index, bound, weights, *w2.stride()[:2], out.stride(0), inter_scale, w2_scale, b2)  # fmt: skip
         return out

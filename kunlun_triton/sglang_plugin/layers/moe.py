@@ -11,14 +11,23 @@ apply there as anywhere).
 Anything our ops do not compute falls back per call to the class's
 ``forward_native`` (what our platform ran before): custom routing
 functions, fused shared-expert slots, EPLB remapping, sqrtsoftplus
-scoring, padded (CUDA-graph) batches, SwiGLU-OAI's ``swiglu_limit`` alone,
+scoring, SwiGLU-OAI's ``swiglu_limit`` alone,
 non-gated or exotic activations. gpt-oss's experts (biases, interleaved
 gate/up rows, the clamped SwiGLU of ``gemm1_alpha`` / ``gemm1_clamp_limit``)
 run fused_experts' epilogues. What cannot run on our target at all fails
 at start with an error saying so (`check_server_args`, `check_model`):
-expert parallelism, an MoE runner backend other than triton, and quantized
-MoE other than W8A8-INT8 and MXFP4 (SGLang's kernels for those are
-CUDA-only; MXFP4 experts: layers/mxfp4.py).
+an all-to-all backend (--moe-a2a-backend), an MoE runner backend other
+than triton, and quantized MoE other than W8A8-INT8 and MXFP4 (SGLang's
+kernels for those are CUDA-only; MXFP4 experts: layers/mxfp4.py).
+
+Expert parallelism (``--ep-size``, a2a backend none): SGLang's
+``StandardDispatcher`` leaves every token on every rank and maps the
+router's global ids through its one ``local_expert_mapping`` (-1 for
+another rank's expert) before the experts run; each rank's ``FusedMoE``
+holds only its local experts' weights, and the ranks' partial sums meet in
+the all-reduce after the experts (our communicator: collectives.py).
+fused_experts runs with ``ids_may_be_invalid`` there, so a -1 slot adds
+exactly zero, top-1 routing included.
 ``W8A8Int8MoEMethod.apply`` is hooked (`int8_experts_apply`, kunlun
 platform only) to run fused_experts with ``use_int8_w8a8``.
 
@@ -32,7 +41,10 @@ from __future__ import annotations
 
 import logging
 
+import torch
+
 from ..platform.mode import dev_mode
+from .dp_attention import dp_gathered
 
 logger = logging.getLogger("kunlun_triton.sglang_plugin")
 
@@ -66,8 +78,7 @@ def _topk_forward(self, hidden_states, router_logits, *, num_token_non_padded=No
     padded, placement = self._resolve_routing_inputs(num_token_non_padded, expert_location_dispatch_info)
     grouped = bool(cfg.use_grouped_topk)
     if (
-        padded is not None
-        or placement is not None
+        placement is not None
         or dynamic_expert_bias is not None
         or router_logits_partials is not None
         or cfg.custom_routing_function is not None
@@ -90,12 +101,21 @@ def _topk_forward(self, hidden_states, router_logits, *, num_token_non_padded=No
     weights, ids = ops.moe_topk(
         router_logits, cfg.top_k, renormalize=cfg.renormalize, scoring=cfg.scoring_func,
         correction_bias=cfg.correction_bias, num_expert_group=cfg.num_expert_group if grouped else None,
-        topk_group=cfg.topk_group if grouped else None, routed_scaling_factor=scaling, check=dev_mode(),
+        topk_group=cfg.topk_group if grouped else None, routed_scaling_factor=scaling,
+        check=dev_mode() and not dp_gathered(),  # DP attention's pad rows are uninitialised by design
     )  # fmt: skip
+    if padded is not None:  # SGLang bounds the real rows under EP: -1 drops the padding (select_experts' CPU path)
+        ids.masked_fill_((torch.arange(ids.shape[0], device=ids.device) >= padded)[:, None], -1)
     # What select_experts does after routing when no expert placement is in play.
     capture_routed_experts_if_allowed(cfg, self.layer_id, ids)
     get_global_expert_distribution_recorder().on_select_experts(topk_ids=ids)
     return self._apply_waterfill(StandardTopKOutput(weights, ids, router_logits), hidden_states.shape[0])
+
+
+def ids_may_be_invalid(layer) -> bool:
+    """Expert ids outside the layer's local experts may reach fused_experts:
+    EP's -1 for other ranks' experts, and ids routed from DP attention's pad rows."""
+    return layer.moe_ep_size > 1 or dp_gathered()
 
 
 def _ours_can_run(self, layer, dispatch_output, int8: bool) -> bool:
@@ -134,7 +154,7 @@ def _run_fused_experts(self, layer, dispatch_output, **quant):
         topk_output.topk_ids, activation=cfg.activation,
         apply_router_weight_on_input=bool(cfg.apply_router_weight_on_input),
         out=dispatch_output.hidden_states if cfg.inplace else None,  # as SGLang's Triton runner
-        check=dev_mode() and layer.moe_ep_size == 1, b1=getattr(layer, "w13_weight_bias", None),
+        check=dev_mode(), ids_may_be_invalid=ids_may_be_invalid(layer), b1=getattr(layer, "w13_weight_bias", None),
         b2=getattr(layer, "w2_weight_bias", None), gemm1_alpha=cfg.gemm1_alpha, gemm1_limit=cfg.gemm1_clamp_limit,
         **quant,
     )  # fmt: skip
@@ -189,18 +209,12 @@ class UnsupportedMoE(ValueError):
 
 def check_server_args(server_args) -> None:
     """Refuse, at start, MoE settings whose SGLang paths need CUDA-only kernels."""
-    ep_size = getattr(server_args, "ep_size", 1) or 1
-    if ep_size > 1:
-        raise UnsupportedMoE(
-            f"kunlun-triton: expert parallelism (--ep-size {ep_size}) is not supported on the kunlun platform: "
-            "SGLang's expert dispatch and placement paths need CUDA kernels. Use --tp-size instead (the MoE "
-            "layers then shard each expert's width across the ranks and run moe_topk + fused_experts)."
-        )
     a2a = getattr(server_args, "moe_a2a_backend", "none") or "none"
     if a2a != "none":
         raise UnsupportedMoE(
-            f"kunlun-triton: --moe-a2a-backend {a2a} is not supported on the kunlun platform (CUDA-only "
-            "all-to-all kernels); leave it at 'none'."
+            f"kunlun-triton: --moe-a2a-backend {a2a} is not supported on the kunlun platform (its all-to-all "
+            "kernels are CUDA or ROCm libraries); leave --moe-a2a-backend at 'none': --ep-size then runs "
+            "SGLang's standard dispatcher on kunlun-triton's ops and communicator."
         )
     runner = getattr(server_args, "moe_runner_backend", "auto") or "auto"
     if runner not in _SUPPORTED_RUNNER_BACKENDS:
@@ -212,7 +226,8 @@ def check_server_args(server_args) -> None:
 
 def check_model(model) -> int:
     """Refuse a loaded model with an MoE layer our ops cannot run (quantized
-    experts, expert parallelism); returns the number of MoE layers found."""
+    experts); returns the number of MoE layers found. Expert-parallel layers
+    run (each rank's local experts, see the module doc)."""
     from sglang.srt.layers.moe.fused_moe_triton.layer import FusedMoE
     from sglang.srt.layers.quantization.unquant import UnquantizedFusedMoEMethod
 
@@ -232,9 +247,6 @@ def check_model(model) -> int:
                 f"(kunlun-triton's {_moe_ops()}). SGLang's other quantized MoE kernels are CUDA-only: serve the "
                 "unquantized, a w8a8_int8 or an MXFP4 checkpoint."
             )
-        if layer.moe_ep_size > 1:
-            raise UnsupportedMoE(f"kunlun-triton: MoE layer {name} is expert-parallel (ep size "
-                                 f"{layer.moe_ep_size}), which the kunlun platform does not support")  # fmt: skip
     if layers:
         logger.debug("kunlun-triton: %d MoE layers run %s", len(layers), _moe_ops())
     return len(layers)

@@ -167,6 +167,8 @@ def method_class():
         def apply(self, layer, dispatch_output):
             from kunlun_triton import ops
 
+            from .dp_attention import dp_gathered
+
             cfg = self.moe_runner_config
             topk = dispatch_output.topk_output
             out = ops.fused_experts(
@@ -175,6 +177,7 @@ def method_class():
                 use_mxfp4_w4a16=True, w13_scale=layer.w13_weight_scale, w2_scale=layer.w2_weight_scale,
                 b1=getattr(layer, "w13_weight_bias", None), b2=getattr(layer, "w2_weight_bias", None),
                 gemm1_alpha=cfg.gemm1_alpha, gemm1_limit=cfg.gemm1_clamp_limit, check=dev_mode(),
+                ids_may_be_invalid=layer.moe_ep_size > 1 or dp_gathered(),  # as layers/moe.py's experts
             )  # fmt: skip
             return StandardCombineInput(hidden_states=out)
 

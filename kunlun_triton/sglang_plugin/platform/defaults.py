@@ -15,6 +15,7 @@ import logging
 import torch
 
 from ...runtime import current_target, run_dtype
+from ..layers.dp_attention import check_server_args as check_dp_attention
 from ..layers.moe import check_server_args
 from ..linear_attention.rules import apply_hybrid_defaults
 from ..speculative.algorithms import apply_speculative_defaults
@@ -68,6 +69,7 @@ def apply_dtype_policy(server_args) -> None:
 
 def apply_defaults(platform, server_args) -> None:
     check_server_args(server_args)
+    check_dp_attention(server_args)
 
     if _user_left_unset(server_args, "attention_backend", ("intel_amx", "torch_native")):
         server_args.attention_backend = ATTENTION_BACKEND

@@ -160,6 +160,29 @@ def test_ids_outside_the_experts_contribute_nothing_unchecked():
         fused_experts(**case)
 
 
+@pytest.mark.parametrize("top_k", [1, 2])
+@pytest.mark.parametrize("tokens", [9, 260])  # 260 slots at K = 1: the multi-launch alignment
+@pytest.mark.parametrize("inplace", [False, True])
+def test_ids_may_be_invalid_contribute_zero_for_every_k(top_k, tokens, inplace):
+    """SGLang's EP marks another rank's expert -1 (K = 1 included: a token
+    whose only expert lives elsewhere); with ids_may_be_invalid its row is
+    exactly zero, the others as the torch reference, checked mode accepting
+    them. `out` starts as garbage (NaN) or is the input (SGLang's inplace)."""
+    case = _case(tokens, 6, top_k, 40, 24, torch.float32, seed=7 + top_k)
+    ids = case["topk_ids"]
+    ids[::3, 0] = -1
+    ids[1::4, -1] = 6  # any id outside [0, E), not just -1
+    expected = reference.fused_experts(**case)
+    x = case["hidden_states"]
+    out = x if inplace else torch.full_like(x, float("nan"))
+    kunlun_triton.reset_dispatch_report()
+    got = fused_experts(**{**case, "hidden_states": x.clone() if not inplace else x}, out=out, ids_may_be_invalid=True)
+    assert got is out and kunlun_triton.dispatch_report()["fused_experts"]["impl"] == "triton"
+    dropped = (ids < 0) | (ids >= 6)
+    assert bool((got[dropped.all(1)] == 0).all()), "a token with no local expert gets an exact zero row"
+    assert_close(got, expected)
+
+
 @pytest.mark.parametrize("target", SHIPPED_TARGETS, ids=target_id)
 def test_shipped_configs_of_every_target(target):
     """Each target's tiles (Kunlun: sum, 4-row blocks) are right here too."""
