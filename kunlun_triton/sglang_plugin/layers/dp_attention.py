@@ -25,9 +25,9 @@ and its pad-row masking kernel.
 
 from __future__ import annotations
 
-import os
-
 import torch
+
+from kunlun_triton.runtime.env import env_str
 
 MEMCPY_HOOK = "sglang.srt.layers.dp_attention.memcpy"
 MLP_SYNC_HOOK = "sglang.srt.model_executor.forward_batch_info.ForwardBatch.prepare_mlp_sync_batch"
@@ -60,7 +60,7 @@ def check_server_args(server_args) -> None:
                 "kunlun platform (its overlap runs on CUDA streams and events); drop the flag."
             )
     for name in _REFUSED_ENV:
-        if os.environ.get(name, "").lower() in ("1", "true", "yes"):
+        if (env_str(name) or "").lower() in ("1", "true", "yes"):
             raise UnsupportedDPAttention(
                 f"kunlun-triton: {name} with --enable-dp-attention is not supported on the kunlun platform "
                 "(SGLang's CUDA-tuned gather variants); unset it."
