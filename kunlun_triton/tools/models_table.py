@@ -30,6 +30,7 @@ QUANTIZED = {
     "Qwen3MoeForCausalLM, W8A8-INT8": "tests/sglang_plugin/test_sglang_w8a8_int8.py",
     "LlamaForCausalLM, KV cache fp8_e4m3": "tests/sglang_plugin/test_sglang_fp8_kv.py",
     "GptOssForCausalLM, MXFP4": "tests/sglang_plugin/test_sglang_gpt_oss_mxfp4.py",
+    "GptOssForCausalLM, W8A8-INT8": "tests/sglang_plugin/test_sglang_gpt_oss_w8a8.py",
 }
 # Then speculative decoding's rows, on the engines of the speculative tests.
 SPECULATIVE = {

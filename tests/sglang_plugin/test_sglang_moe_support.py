@@ -67,7 +67,8 @@ def test_the_install_table_routes_the_moe_classes_to_our_ops(monkeypatch):
     from sglang.srt.layers.moe.topk import TopK
     from sglang.srt.layers.quantization.unquant import UnquantizedFusedMoEMethod
 
-    from kunlun_triton.sglang_plugin.install import DISPATCH_KEY, TOUCHPOINTS
+    from kunlun_triton.sglang_plugin.install import TOUCHPOINTS
+    from kunlun_triton.sglang_plugin.platform.names import DISPATCH_KEY
 
     keys = []
     monkeypatch.setattr(moe, "register_moe_ops", lambda key: keys.append(key))
