@@ -55,6 +55,23 @@ def run(rank, world, port):
     coord.reduce_scatter_tensor(part, xs[rank])
     torch.testing.assert_close(part, full.chunk(world, dim=0)[rank], atol=1e-6, rtol=1e-6)
 
+    # The uneven forms (pynccl only in SGLang; DP attention with expert parallelism):
+    # rank r holds sizes[r] rows, an idle rank none.
+    sizes = [3, 0] if world == 2 else [3] + [r % 2 for r in range(1, world)]
+    rows = [x[: sizes[r]] for r, x in enumerate(xs)]
+    gathered = coord.all_gatherv([rows[rank], rows[rank].half()], sizes=sizes)
+    torch.testing.assert_close(gathered[0], torch.cat(rows))
+    torch.testing.assert_close(gathered[1], torch.cat(rows).half())
+    out = torch.empty(sum(sizes), 6)
+    assert coord.all_gatherv(rows[rank], sizes=sizes, output=out)[0] is out
+    torch.testing.assert_close(out, torch.cat(rows))
+    tall = [torch.cat([x, x])[: sum(sizes)] for x in xs]  # sum(sizes) rows on every rank
+    mine = torch.empty(sizes[rank], 6)
+    coord.reduce_scatterv(tall[rank], output=mine, sizes=sizes)
+    total = torch.stack(tall).sum(0)
+    torch.testing.assert_close(mine, total.split(sizes)[rank], atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(coord.reduce_scatterv(xs[rank]), full.chunk(world)[rank], atol=1e-6, rtol=1e-6)
+
     b = xs[rank].clone()
     coord.broadcast(b, src=world - 1)
     torch.testing.assert_close(b, xs[world - 1])
@@ -63,6 +80,7 @@ def run(rank, world, port):
     for op in ("all_reduce", "all_gather", "reduce_scatter", "broadcast"):
         assert op in ops, f"{op} not recorded: {sorted(ops)}"
         assert set(ops[op]["calls"]) == {IMPL}, (op, ops[op])
-    assert ops["all_reduce"]["calls"][IMPL] == 2 and ops["all_gather"]["calls"][IMPL] == 3
+    assert ops["all_reduce"]["calls"][IMPL] == 2 and ops["all_gather"]["calls"][IMPL] == 5
+    assert ops["reduce_scatter"]["calls"][IMPL] == 3
     assert "tp" in ops["all_reduce"]["reason"] and "gloo" in ops["all_reduce"]["reason"]
     dist.destroy_process_group()

@@ -1,6 +1,7 @@
 """SGLang's GroupCoordinator collectives on the kunlun platform run through
 our TPCommunicator (two CPU processes, gloo): all-reduce (fp32 and fp16),
-all-gather (both dims and into a tensor), reduce-scatter and broadcast equal
+all-gather (both dims and into a tensor), reduce-scatter, their uneven forms
+(``all_gatherv`` / ``reduce_scatterv``, an idle rank included) and broadcast equal
 the answer computed from every rank's input, and each is recorded in the
 dispatch report as ``kunlun_triton.comm``. The engine-level check is in
 test_sglang_engine_qwen2_tp.py."""

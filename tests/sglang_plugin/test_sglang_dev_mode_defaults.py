@@ -75,6 +75,24 @@ def test_every_rank_binds_its_threads_on_a_one_node_machine(tmp_path, monkeypatc
     assert os.environ["SGLANG_CPU_OMP_THREADS_BIND"].count("|") == world - 1
 
 
+def test_each_node_of_a_two_node_run_on_one_machine_binds_its_rank(tmp_path, monkeypatch):
+    """``--tp-size 2 --nnodes 2`` on loopback: one rank per node, but SGLang's
+    NUMA check counts the deployment's 2 ranks against this machine's 1 node."""
+    from sglang.srt.utils import numa_utils
+
+    monkeypatch.delenv("SGLANG_CPU_OMP_THREADS_BIND", raising=False)
+    monkeypatch.setattr(numa_utils, "get_cpu_ids_by_node", lambda: ["0,1"])
+    import sglang.srt.utils as sglang_utils
+
+    monkeypatch.setattr(sglang_utils, "get_cpu_ids_by_node", lambda: ["0,1"])
+    with pytest.raises(AssertionError):
+        numa_utils.init_threads_binding(numa_index=0, world_size=2)
+    _apply(_args(tmp_path, tp_size=2, nnodes=2))
+    assert os.environ["SGLANG_CPU_OMP_THREADS_BIND"].count("|") == 0  # this node's one rank
+    bound = numa_utils.init_threads_binding(numa_index=0, world_size=2)
+    assert bound and {int(c) for c in bound.split(",")} <= {int(c) for c in os.sched_getaffinity(0)}
+
+
 def test_a_users_thread_binding_is_kept(tmp_path, monkeypatch):
     monkeypatch.setenv("SGLANG_CPU_OMP_THREADS_BIND", "0|0")
     _apply(_args(tmp_path, tp_size=2))

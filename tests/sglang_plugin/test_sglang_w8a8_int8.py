@@ -156,7 +156,10 @@ def test_smollm2_w8a8_greedy_equals_our_torch_references(smollm2):
         "ops": kernels_since(ops, before), "refused": refusals(path, moe=False)})  # fmt: skip
 
 
-def test_tiny_moe_int8_experts_run_our_kernels(tiny_model, tmp_path_factory, engines):
+def _tiny_moe_int8(tiny_model, tmp_path_factory, engines, **options):
+    """The tiny Qwen3-MoE's W8A8 checkpoint served with `options`: teacher-forced
+    top-1 agreement with HF's float model above the floor, the int8 ops on
+    Triton on every rank; (engine, rank 0's op calls before the prompts, its report after)."""
     from conftest import HFOracle
 
     from kunlun_triton.sglang_plugin.report import engine_dispatch_report
@@ -165,14 +168,29 @@ def test_tiny_moe_int8_experts_run_our_kernels(tiny_model, tmp_path_factory, eng
     path = quantize(src, tmp_path_factory.mktemp("w8a8") / "qwen3-moe-w8a8")
     hf = HFOracle(src)
     prompts = [hf.encode(t) for t in TEXTS]
-    engine = engines.get(path, **ENGINE)
+    engine = engines.get(path, **ENGINE, **options)
     before = op_calls(engine_dispatch_report(engine)[0]["ops"])
     top1, mean_abs = agreement(teacher_forced(engine, prompts), hf_teacher_forced(hf.model, prompts))
-    print(f"tiny Qwen3-MoE W8A8 vs float: top-1 agreement {top1:.4f}, mean |logprob diff| {mean_abs:.4f}")
+    print(f"tiny Qwen3-MoE W8A8 {options} vs float: top-1 agreement {top1:.4f}, mean |logprob diff| {mean_abs:.4f}")
     assert top1 >= TINY_MOE_TOP1_FLOOR, (top1, mean_abs)
-    ops = engine_dispatch_report(engine)[0]["ops"]
-    for name in ("fused_experts", "per_token_quant_int8", "int8_scaled_mm"):
-        assert set(ops[name]["calls"]) == {"triton"}, (name, ops.get(name))
+    reports = engine_dispatch_report(engine)
+    assert sorted(reports) == list(range(options.get("tp_size", 1)))
+    for rep in reports.values():
+        for name in ("fused_experts", "per_token_quant_int8", "int8_scaled_mm"):
+            assert set(rep["ops"][name]["calls"]) == {"triton"}, (name, rep["ops"].get(name))
+    return path, before, reports[0]["ops"]
+
+
+@pytest.mark.slow
+def test_tiny_moe_int8_experts_at_ep2(tiny_model, tmp_path_factory, engines):
+    """Expert parallelism with int8 experts: each of two ranks holds 4 of the 8
+    experts, the -1 ids of the other rank's experts add nothing (W8A8Int8MoEMethod's hook)."""
+    _tiny_moe_int8(tiny_model, tmp_path_factory, engines, tp_size=2, ep_size=2)
+    engines.close()
+
+
+def test_tiny_moe_int8_experts_run_our_kernels(tiny_model, tmp_path_factory, engines):
+    path, before, ops = _tiny_moe_int8(tiny_model, tmp_path_factory, engines)
     check_or_write_row({
         "architecture": "Qwen3MoeForCausalLM, W8A8-INT8",
         "served": "2 layers, TP 1, fp16, `--quantization w8a8_int8` (experts and linear layers)",

@@ -24,6 +24,8 @@ off, as our platform sets it):
   ``_all_gather_into_tensor``, behind the custom op ``reg_all_gather_into_tensor``;
 - ``reduce_scatter_tensor`` (also behind ``reduce_scatter_along_dim``) and
   ``_reduce_scatter_tensor``, behind ``reg_reduce_scatter_tensor``;
+- ``all_gatherv`` / ``reduce_scatterv``: DP attention's gather and scatter
+  around the experts under expert parallelism (pynccl only in SGLang);
 - ``broadcast`` (tensor broadcast on the device group).
 
 Left on SGLang's path, on purpose: ``barrier`` (SGLang runs it on the gloo CPU
@@ -128,6 +130,35 @@ def reduce_scatter_tensor(original, self, output, input):
     return output
 
 
+def all_gatherv(original, self, input_, sizes=None, output=None):
+    """SGLang's uneven gather (pynccl only there: DP attention's gathers with
+    expert parallelism, ``SGLANG_DP_USE_GATHERV``): each tensor of `input_`
+    gathered by `sizes` rows per rank (even when None); a list back, as SGLang's."""
+    if not _ours(self):
+        return original(self, input_, sizes, output)
+    comm = communicator(self)
+    tensors = [input_] if isinstance(input_, torch.Tensor) else list(input_)
+    if output is not None and len(tensors) != 1:
+        raise ValueError("all_gatherv `output` requires a single-tensor input")  # SGLang's own check
+    outs = [comm.all_gatherv(t, sizes if sizes is not None else [t.shape[0]] * self.world_size, out=output)
+            for t in tensors]  # fmt: skip
+    _record("all_gather", comm)
+    return outs
+
+
+def reduce_scatterv(original, self, input_, output=None, sizes=None):
+    """SGLang's uneven reduce-scatter (pynccl only there: DP attention's scatter
+    with expert parallelism): rows ``sizes[rank]`` of the group's sum (even split when None)."""
+    if not _ours(self) or _deterministic():  # SGLang's deterministic path all-reduces (ours)
+        return original(self, input_, output, sizes)
+    comm = communicator(self)
+    if sizes is None:
+        sizes = [input_.shape[0] // self.world_size] * self.world_size
+    out = comm.reduce_scatterv(input_, sizes, out=output)
+    _record("reduce_scatter", comm)
+    return out
+
+
 def broadcast(original, self, input_, src=0):
     if not _ours(self):
         return original(self, input_, src)
@@ -150,5 +181,7 @@ HOOKS = {
     "_all_gather_into_tensor": all_gather_into_tensor,
     "reduce_scatter_tensor": reduce_scatter_tensor,
     "_reduce_scatter_tensor": reduce_scatter_tensor,
+    "all_gatherv": all_gatherv,
+    "reduce_scatterv": reduce_scatterv,
     "broadcast": broadcast,
 }

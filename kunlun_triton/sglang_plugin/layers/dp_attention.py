@@ -3,7 +3,9 @@
 Each attention-DP rank runs its own batch; around the MoE SGLang gathers
 every rank's hidden states into one buffer and scatters them back
 (``layers/dp_attention.py``). The gathers and scatters themselves are
-``GroupCoordinator`` collectives, which collectives.py already takes. What
+``GroupCoordinator`` collectives, which collectives.py takes (the uneven
+``all_gatherv`` / ``reduce_scatterv`` SGLang calls under expert parallelism
+too). What
 this module adds are the CUDA-only calls around them (docs/scale-out.md,
 "What the SGLang seam must hook"):
 

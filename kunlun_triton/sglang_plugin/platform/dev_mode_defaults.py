@@ -11,9 +11,11 @@ node per rank; the interpreter on a small CPU is neither:
 - SGLang's CPU workers bind each rank's OpenMP threads to a NUMA node and
   assert that there are at least as many nodes as ranks, unless
   ``SGLANG_CPU_OMP_THREADS_BIND`` names each rank's cores. Development mode
-  splits this process's CPUs over the ranks (the value the tests set by hand)
-  when the machine has fewer nodes than ranks, so `serve`, the main job and
-  `regress` start at ``--tp-size 2`` on a one-node machine.
+  splits this process's CPUs over the ranks it starts here (the value the
+  tests set by hand) when the machine has fewer NUMA nodes than the
+  deployment has ranks (SGLang counts every node's, so two one-rank nodes on
+  loopback need it too), so `serve`, the main job and `regress` start at
+  ``--tp-size 2`` on a one-node machine.
 
 Only what the user left at SGLang's default changes.
 """
@@ -46,14 +48,20 @@ def raise_watchdog(server_args) -> None:
     )  # fmt: skip
 
 
-def ranks_on_this_host(server_args) -> int:
-    """The scheduler processes SGLang starts here: TP x PP ranks per DP replica
-    (attention DP partitions the TP group, it starts no process), over the nodes."""
+def deployment_ranks(server_args) -> int:
+    """The scheduler processes of the whole deployment, every node: TP x PP
+    ranks per DP replica (attention DP partitions the TP group, it starts no
+    process). SGLang's NUMA check counts these, whatever the node count."""
     tp = int(getattr(server_args, "tp_size", 1) or 1)
     pp = int(getattr(server_args, "pp_size", 1) or 1)
     dp = 1 if getattr(server_args, "enable_dp_attention", False) else int(getattr(server_args, "dp_size", 1) or 1)
+    return max(1, dp * tp * pp)
+
+
+def ranks_on_this_host(server_args) -> int:
+    """The scheduler processes SGLang starts here: the deployment's ranks over the nodes."""
     nodes = max(1, int(getattr(server_args, "nnodes", 1) or 1))
-    return max(1, dp * tp * pp // nodes)
+    return max(1, deployment_ranks(server_args) // nodes)
 
 
 def split_cpus(cpus: list[int], ranks: int) -> str:
@@ -67,9 +75,9 @@ def split_cpus(cpus: list[int], ranks: int) -> str:
 
 
 def bind_rank_threads(server_args, numa_nodes: int) -> None:
-    ranks = ranks_on_this_host(server_args)
-    if ranks <= numa_nodes or env_str(THREADS_BIND):
+    if deployment_ranks(server_args) <= numa_nodes or env_str(THREADS_BIND):
         return
+    ranks = ranks_on_this_host(server_args)
     value = split_cpus(list(os.sched_getaffinity(0)), ranks)
     os.environ[THREADS_BIND] = value  # the schedulers SGLang starts next inherit it
     logger.warning(
