@@ -19,7 +19,11 @@ from . import gdn_kernels, gdn_prefill_kernels, reference
 from .checks import check_slots, ragged_max_len, require_requests
 
 MAX_HEAD_DIM = 256  # a program holds a [head_dim, BLOCK_V] slice of the state
-CHUNK_WARPS = 4  # prefill's chunk kernel (the config's num_warps is the state pass's)
+# prefill's chunk kernel (the config's launch options are the state pass's). sm_90, Qwen3-Next dims,
+# 512 tokens: 4 warps, 240 registers, no spill, 10,168 warp-instructions a token; 8 warps cost ~2x
+# per token (a [64, 64] product's operand staging is per warp)
+CHUNK_WARPS = 4
+MAX_CHUNK = 512  # gdn_prefill_kernels.LOG2_MAX
 
 
 @dataclass(frozen=True)
@@ -50,6 +54,8 @@ def _plan(op, key_dim, value_dim, group, l2norm, has_init, packed, config) -> Gd
             raise ValueError(f"{op}: formulation must be 'dot' or 'sum', got {formulation!r}")
         use_dot = formulation == "dot"
         chunk = config["CHUNK"]
+        if chunk & (chunk - 1) or not 0 < chunk <= MAX_CHUNK:
+            raise ValueError(f"{op}: CHUNK must be a power of two up to {MAX_CHUNK}, got {chunk}")
         if use_dot:  # tl.dot takes no dimension under 16
             chunk, block_v = max(chunk, 16), max(block_v, 16)
             common["BLOCK_V"] = block_v

@@ -1,39 +1,37 @@
 """Gated delta rule prefill over a ragged batch, chunked (WY / UT form), in two
-kernels (math and the decode: gdn_kernels).
+kernels (the recurrence and the decode: gdn_kernels).
 
-A chunk of C tokens from state S0 [K, V] (G_i = g_1 + ... + g_i inside the
-chunk, exponents G_i - G_j <= 0 for j <= i since g <= 0): the new values
-X [C, V] solve the unit lower-triangular system
+A chunk of C tokens from state S0 [K, V] (k and q L2-normalised, G_i = g_1 +
+... + g_i inside the chunk, so G_i - G_j <= 0 for j <= i since g <= 0): the
+new values X [C, V] solve the unit lower-triangular system
 
     (I + L) X = beta (v - e^G k S0),   L_ij = beta_i e^{G_i - G_j} (k_i . k_j)  (j < i)
 
-so with T = (I + L)^-1, w = T (beta e^G k) [C, K] and u = T (beta v) [C, V]:
+so with T = (I + L)^-1 (FLA's w = T (beta e^G k), u = T (beta v)):
 
-    X   = u - w S0
+    X   = T diag(beta) (v - e^G k S0)                  (= u - w S0)
     o_i = scale (e^{G_i} q_i S0 + sum_{j<=i} e^{G_i - G_j} (q_i . k_j) X_j)
     S   = e^{G_C} S0 + sum_j e^{G_C - G_j} k_j X_j^T
 
-`gdn_prefill_chunk_kernel` (a program per (chunk, value head)) does what
-needs no state: gates, cumsum, L2 norms, T, w, u, the decayed q / k and the
-causal scores, into an fp32 workspace. `gdn_prefill_state_kernel` (a
-program per (value block, value head, request), as the one-kernel prefill
-had) walks the request's chunks with its [K, BLOCK_V] state slice: three
-[C, K] x [K, BLOCK_V] products and one [C, C] x [C, BLOCK_V] a chunk, the
-output fused (no per-chunk states stored). The solve is done once per
-(chunk, value head), not once per value block and row by row (sm_90,
-Qwen3-Next dims, 512 tokens: 399,016 warp-instructions a token and 72
-spilled bytes for the one-kernel form; docs/linear-attention-cost.md).
+`gdn_prefill_chunk_kernel`, a program per (chunk, value head), does all that
+needs no state, once: gates, in-chunk cumsum, the L2 norms (as row scales),
+T diag(beta), the causal scores, k / |k|, scale e^G q / |q|, into an fp32
+workspace. `gdn_prefill_state_kernel`, a program per (value block, value
+head, request), walks the request's chunks with its [K, BLOCK_V] state slice
+and its own v columns (T applied there, so no [C, V] u and no [C, K] w is
+stored: w S0 = T diag(beta) e^G k S0), the output fused (no per-chunk states
+stored). The one-kernel form it replaces solved each chunk row by row on
+[C, BLOCK_V] tiles, once per value block: 399,016 warp-instructions a token
+and 72 spilled bytes on sm_90 at Qwen3-Next dims and 512 tokens, against
+17,196 and none here (docs/linear-attention-cost.md).
 
-T in SUB x SUB blocks (SUB = min(16, C), NB = C / SUB): with D = I + the
-block-diagonal part of L and E its strictly block-lower rest,
-
-    (I + L)^-1 = (I + F)^-1 D^-1,   F = D^-1 E,   (I + F)^-1 = I - F + F^2 - ... (F^NB = 0)
-
-D^-1's NB diagonal blocks are inverted together by forward substitution on
-an [NB, SUB, SUB] tile (SUB - 1 steps on 1,024 elements at C = 64, instead
-of C - 1 steps on [C, BLOCK_V] per value block); the rest is NB + 1
-products. Padded rows of a request's last chunk load as zeros with
-g = beta = 0: their w, u, q and k rows are zero, so they add nothing.
+T by doubling the diagonal blocks (`_unit_lower_inverse`): log2(C) - 1
+levels of two [C, C] products (C = 64: ten), instead of C - 1 dependent
+row steps; the products are `tl.dot` (USE_DOT) or broadcast `tl.sum`s
+(Kunlun: chunk 8). No reshape, no scan, no atomics. Padded rows of a
+request's last chunk load as zeros with g = beta = 0: their k, q and T's
+columns are zero, so they add nothing, and the state pass masks them out of
+the output.
 """
 
 import triton
@@ -42,14 +40,13 @@ import triton.language as tl
 from ..loads import masked_load
 from .gdn_kernels import L2_EPS, _gates, _mm, _mm_nt, _mm_tn, _state_ptrs
 
-LOG2_MAX = tl.constexpr(9)  # chunks up to 256 tokens
+LOG2_MAX = tl.constexpr(9)  # doubling levels 1..8: chunks up to 512 tokens (gdn.MAX_CHUNK)
 
 
 @triton.jit
 def _chunk_ptrs(ptr, chunk, hv, rows, cols, CHUNK: tl.constexpr, WIDTH: tl.constexpr):
     """[CHUNK, WIDTH] addresses of a workspace tile [chunks, value heads, CHUNK, WIDTH] (contiguous;
-    the value heads are both kernels' grid axis 1): a scalar base and constant offsets, which fold
-    into the loads' and stores' immediates instead of a tile of 64-bit addresses."""
+    the value heads are both kernels' grid axis 1)."""
     return (ptr + (chunk * tl.num_programs(1) + hv) * (CHUNK * WIDTH)) + (rows[:, None] * WIDTH + cols[None, :])
 
 
