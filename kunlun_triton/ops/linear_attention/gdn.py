@@ -63,7 +63,7 @@ def _plan(op, key_dim, value_dim, group, l2norm, has_init, packed, config) -> Gd
                        LOAD_IGNORES_OTHER=caps.load_ignores_other)  # fmt: skip
         kernel = gdn_prefill_kernels.gdn_prefill_state_kernel
         constexprs = constexpr_args(kernel, **prefill, VALUE_DIM=value_dim, BLOCK_V=block_v, HAS_INIT_FLAGS=has_init,
-                                    PACKED_STATE=packed)  # fmt: skip
+                                    PACKED_STATE=packed, DOT_BF16=caps.dot_bf16)  # fmt: skip
         chunk_kernel = gdn_prefill_kernels.gdn_prefill_chunk_kernel
         chunk_constexprs = constexpr_args(chunk_kernel, **prefill, GROUP=group, QK_L2NORM=l2norm,
                                           DOT_BF16=caps.dot_bf16)  # fmt: skip
@@ -215,7 +215,8 @@ def gated_delta_rule_prefill(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
     chunk_request = torch.searchsorted(chunk_start[1:], torch.arange(chunks, device=q.device), right=True,
                                        out_int32=True)  # fmt: skip
     ws = lambda *shape: torch.empty(chunks, value_heads, *shape, dtype=torch.float32, device=q.device)  # noqa: E731
-    kn, qg, scores, tb = ws(chunk, plan.block_k), ws(chunk, plan.block_k), ws(chunk, chunk), ws(chunk, chunk)
+    kn, scores, tb = ws(chunk, plan.block_k), ws(chunk, chunk), ws(chunk, chunk)
+    qg = torch.empty(chunks, value_heads, chunk, plan.block_k, dtype=q.dtype, device=q.device)
     row_scales, decay = ws(2, chunk), ws()
     plan.chunk_launch((chunks, value_heads), q, k, a, b, A_log, dt_bias, query_start_loc, chunk_start, chunk_request,
                       kn, qg, scores, tb, row_scales, decay, batch, q.stride(0), q.stride(1), k.stride(0), k.stride(1),

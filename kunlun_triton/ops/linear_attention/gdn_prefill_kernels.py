@@ -142,7 +142,8 @@ def gdn_prefill_chunk_kernel(
             qkt, qqt = _mm_nt(qf, kf, USE_DOT), _mm_nt(qf, qf, USE_DOT)
         rq = _inv_norms(qqt, eye, QK_L2NORM) * scale  # the output's scale folded into q
         e_g = tl.exp(G)
-        tl.store(_chunk_ptrs(qg_ptr, c, hv, rows, kk, CHUNK, BLOCK_K), qf * (rq * e_g)[:, None])
+        # in q's dtype: it reaches the output only (as FLA's bf16 q and states in its output kernel)
+        tl.store(_chunk_ptrs(qg_ptr, c, hv, rows, kk, CHUNK, BLOCK_K), (qf * (rq * e_g)[:, None]).to(qg_ptr.dtype.element_ty))
         decay = tl.exp(tl.where(causal, G[:, None] - G[None, :], 0.0))  # e^{G_i - G_j}, j <= i (<= 1)
         tl.store(_chunk_ptrs(scores_ptr, c, hv, rows, rows, CHUNK, CHUNK),
                  tl.where(causal, decay * qkt * rq[:, None] * rk[None, :], 0.0))  # fmt: skip
@@ -164,7 +165,7 @@ def gdn_prefill_state_kernel(
     out_stride_h,
     KEY_DIM: tl.constexpr, VALUE_DIM: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr,
     CHUNK: tl.constexpr, HAS_INIT_FLAGS: tl.constexpr, USE_DOT: tl.constexpr, LOAD_IGNORES_OTHER: tl.constexpr,
-    PACKED_STATE: tl.constexpr,
+    PACKED_STATE: tl.constexpr, DOT_BF16: tl.constexpr,
 ):
     """Program (value block, value head, request): the request's chunks in
     order from its slot's state, on its BLOCK_V value columns:
@@ -201,8 +202,11 @@ def gdn_prefill_state_kernel(
         rhs = v - tl.load(rows_ptr + vec)[:, None] * _mm(kn, s, USE_DOT)
         x = _mm(tl.load(_chunk_ptrs(tb_ptr, c, hv, rows, rows, CHUNK, CHUNK)), rhs, USE_DOT)  # [C, BV]
         qg = tl.load(_chunk_ptrs(qg_ptr, c, hv, rows, kk, CHUNK, BLOCK_K))
-        scores = tl.load(_chunk_ptrs(scores_ptr, c, hv, rows, rows, CHUNK, CHUNK))
-        o = _mm(qg, s, USE_DOT) + _mm(scores, x, USE_DOT)
+        if USE_DOT and (DOT_BF16 or qg_ptr.dtype.element_ty != tl.bfloat16):
+            o = tl.dot(qg, s.to(qg_ptr.dtype.element_ty))
+        else:
+            o = _mm(qg.to(tl.float32), s, USE_DOT)
+        o += _mm(tl.load(_chunk_ptrs(scores_ptr, c, hv, rows, rows, CHUNK, CHUNK)), x, USE_DOT)
         tl.store((out_ptr + (start + c0) * out_stride_t + hv * out_stride_h) + (rows[:, None] * out_stride_t + vv[None, :]),
                  o.to(out_ptr.dtype.element_ty), mask=tile)  # fmt: skip
         x = x * tl.load(rows_ptr + vec + CHUNK)[:, None]
