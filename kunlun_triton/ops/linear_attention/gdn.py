@@ -20,7 +20,7 @@ from .checks import check_slots, ragged_max_len, require_requests
 
 MAX_HEAD_DIM = 256  # a program holds a [head_dim, BLOCK_V] slice of the state
 # prefill's chunk kernel (the config's launch options are the state pass's). sm_90, Qwen3-Next dims,
-# 512 tokens: 4 warps, 240 registers, no spill, 10,168 warp-instructions a token; 8 warps cost ~2x
+# 512 tokens: 4 warps, 242 registers, no spill, 9,706 warp-instructions a token; 8 warps cost ~2x
 # per token (a [64, 64] product's operand staging is per warp)
 CHUNK_WARPS = 4
 MAX_CHUNK = 512  # gdn_prefill_kernels.LOG2_MAX

@@ -23,7 +23,7 @@ stored: w S0 = T diag(beta) e^G k S0), the output fused (no per-chunk states
 stored). The one-kernel form it replaces solved each chunk row by row on
 [C, BLOCK_V] tiles, once per value block: 399,016 warp-instructions a token
 and 72 spilled bytes on sm_90 at Qwen3-Next dims and 512 tokens, against
-17,182 and none here with SGLang's Triton (docs/linear-attention-cost.md).
+16,860 and none here with SGLang's Triton (docs/linear-attention-cost.md).
 The output's q (scale e^G q / |q|) is kept in q's dtype and multiplied with
 S in it (as FLA's output kernel does with bf16 states): it reaches only the
 output, and halves that tile's registers in the state pass.
@@ -145,8 +145,9 @@ def gdn_prefill_chunk_kernel(
             qkt, qqt = _mm_nt(qf, kf, USE_DOT), _mm_nt(qf, qf, USE_DOT)
         rq = _inv_norms(qqt, eye, QK_L2NORM) * scale  # the output's scale folded into q
         e_g = tl.exp(G)
-        # in q's dtype: it reaches the output only (as FLA's bf16 q and states in its output kernel)
-        tl.store(_chunk_ptrs(qg_ptr, c, hv, rows, kk, CHUNK, BLOCK_K), (qf * (rq * e_g)[:, None]).to(qg_ptr.dtype.element_ty))
+        # in q's dtype, scaled there: it reaches the output only (as FLA's bf16 q and states in its output
+        # kernel); no fp32 [C, K] q tile on a bf16 dot (Triton 3.9: 24 spilled bytes with one)
+        tl.store(_chunk_ptrs(qg_ptr, c, hv, rows, kk, CHUNK, BLOCK_K), qx * (rq * e_g).to(qx.dtype)[:, None])
         decay = tl.exp(tl.where(causal, G[:, None] - G[None, :], 0.0))  # e^{G_i - G_j}, j <= i (<= 1)
         tl.store(_chunk_ptrs(scores_ptr, c, hv, rows, rows, CHUNK, CHUNK),
                  tl.where(causal, decay * qkt * rq[:, None] * rk[None, :], 0.0))  # fmt: skip
@@ -155,7 +156,7 @@ def gdn_prefill_chunk_kernel(
         tl.store(rows_ptr + vec + CHUNK, tl.exp(g_total - G))
         tl.store(decay_ptr + c * tl.num_programs(1) + hv, tl.exp(g_total))
         lmat = tl.where(rows[:, None] > rows[None, :], decay * kkt * (beta * rk)[:, None] * rk[None, :], 0.0)
-        # beta on T's columns: T diag(beta) (beta v) is what the state pass needs, v never scaled
+        # beta on T's columns: the state pass needs T diag(beta) v, and v is never scaled
         tl.store(_chunk_ptrs(tb_ptr, c, hv, rows, rows, CHUNK, CHUNK),
                  _unit_lower_inverse(lmat, CHUNK, USE_DOT) * beta[None, :])  # fmt: skip
 

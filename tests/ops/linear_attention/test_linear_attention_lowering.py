@@ -6,8 +6,8 @@ prefill's sum formulation as Kunlun's config plans it (sm_90 standing in for
 Kunlun's local memory). The prefill's dot formulation (both of its kernels)
 lowers on both targets; its spills are pinned by the SGLang-stage inspect test
 (tests/tools/test_inspect_linear_attention_sglang.py, SGLang's Triton: none),
-not here: under Triton 3.9 the state pass at 32 columns spills 128 bytes and
-the chunk kernel 24 (see default.yaml)."""
+not here: under Triton 3.9 the state pass at 32 columns spills 128 bytes
+(see default.yaml)."""
 
 import pytest
 import torch
