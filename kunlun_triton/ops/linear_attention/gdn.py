@@ -216,7 +216,10 @@ def gated_delta_rule_prefill(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
                                        out_int32=True)  # fmt: skip
     ws = lambda *shape: torch.empty(chunks, value_heads, *shape, dtype=torch.float32, device=q.device)  # noqa: E731
     kn, scores, tb = ws(chunk, plan.block_k), ws(chunk, chunk), ws(chunk, chunk)
-    qg = torch.empty(chunks, value_heads, chunk, plan.block_k, dtype=q.dtype, device=q.device)
+    # the output's q in bf16 when q is (its product with S in bf16, as FLA's output kernel); fp32
+    # otherwise: fp16 would hold S rounded to fp16's range
+    qg = torch.empty(chunks, value_heads, chunk, plan.block_k, device=q.device,
+                     dtype=q.dtype if q.dtype == torch.bfloat16 else torch.float32)  # fmt: skip
     row_scales, decay = ws(2, chunk), ws()
     plan.chunk_launch((chunks, value_heads), q, k, a, b, A_log, dt_bias, query_start_loc, chunk_start, chunk_request,
                       kn, qg, scores, tb, row_scales, decay, batch, q.stride(0), q.stride(1), k.stride(0), k.stride(1),
