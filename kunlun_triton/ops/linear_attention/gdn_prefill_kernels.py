@@ -16,7 +16,7 @@ so with T = (I + L)^-1 (FLA's w = T (beta e^G k), u = T (beta v)):
 `gdn_prefill_chunk_kernel`, a program per (chunk, value head), does all that
 needs no state, once: gates, in-chunk cumsum, the L2 norms (as row scales),
 T diag(beta), the causal scores, k / |k|, scale e^G q / |q|, into a
-workspace (fp32; the last in q's dtype). `gdn_prefill_state_kernel`, a program per (value block, value
+workspace (fp32; the last in bf16 when q is). `gdn_prefill_state_kernel`, a program per (value block, value
 head, request), walks the request's chunks with its [K, BLOCK_V] state slice
 and its own v columns (T applied there, so no [C, V] u and no [C, K] w is
 stored: w S0 = T diag(beta) e^G k S0), the output fused (no per-chunk states
@@ -24,8 +24,8 @@ stored). The one-kernel form it replaces solved each chunk row by row on
 [C, BLOCK_V] tiles, once per value block: 399,016 warp-instructions a token
 and 72 spilled bytes on sm_90 at Qwen3-Next dims and 512 tokens, against
 16,860 and none here with SGLang's Triton (docs/linear-attention-cost.md).
-The output's q (scale e^G q / |q|) is kept in q's dtype and multiplied with
-S in it (as FLA's output kernel does with bf16 states): it reaches only the
+The output's q (scale e^G q / |q|) is kept in bf16 when q is and multiplied
+with S in bf16 (as FLA's output kernel does with bf16 states): it reaches only the
 output, and halves that tile's registers in the state pass.
 
 T by doubling the diagonal blocks (`_unit_lower_inverse`): log2(C) - 1
