@@ -5,8 +5,10 @@ own launchers on meta tensors and compiled ahead of time in the same run.
 
 Run in the SGLang environment: python scripts/gdn_cost.py
 Per-token figures: warp-instructions = static SASS x warps x programs a token
-needs (decode: one token per request; prefill: the chunk loop's body plus
-(CHUNK - 1) trips of the substitution loop, per CHUNK tokens)."""
+needs (decode: one token per request; prefill: its two kernels, the
+per-(chunk, value head) solve and the state pass's chunk loop). The counted
+comparison is `kunlun-triton inspect linear_attention --compare sglang`
+(docs/linear-attention-cost.md)."""
 
 import torch
 

@@ -2,12 +2,12 @@
 same jobs, compiled for sm_90 at Qwen3-Next-80B-A3B's dims (16 key heads,
 32 value heads, head dims 128, bf16, fp32 state), each side planned by its
 own launcher (`kunlun-triton inspect linear_attention --compare sglang`):
-what issue 40 asks of the decode's cost is pinned here (instruction
-counts and bytes are properties of the code and the compiler, not
-timings). The prefill's per-token count is not pinned against FLA's: ours
-is 14x its chunked chain's (docs/linear-attention-cost.md); what is pinned
-is that SGLang's chain is the one its backend runs and compilations stay
-at one per kernel."""
+what issue 40 asks of the decode's and the prefill's cost is pinned here
+(instruction counts and bytes are properties of the code and the compiler,
+not timings; docs/linear-attention-cost.md): SGLang's prefill chain is the
+one its backend runs, ours (both of its kernels) executes no more
+warp-instructions per token than that whole chain and spills nothing, and
+compilations stay at most two per kernel."""
 
 import pytest
 import torch
@@ -54,13 +54,24 @@ def test_decode_bytes_within_2_percent_of_the_floor_and_no_more_than_flas(report
 
 def test_prefill_compares_against_sglangs_chunked_chain(report):
     ours, theirs = _rows(report, OPS[1], "ours"), _rows(report, OPS[1], "sglang")
-    assert [k["kernel"] for k in ours] == ["gdn_prefill_kernel"]
+    assert [k["kernel"] for k in ours] == ["gdn_prefill_chunk_kernel", "gdn_prefill_state_kernel"]
     assert [k["kernel"] for k in theirs] == [
         "fused_gdn_gating_kernel", "l2norm_fwd_kernel", "l2norm_fwd_kernel", "chunk_local_cumsum_scalar_kernel",
         "chunk_gated_delta_rule_fwd_kkt_solve_kernel", "recompute_w_u_fwd_kernel",
         "chunk_gated_delta_rule_fwd_kernel_h_blockdim64", "chunk_fwd_kernel_o"]  # fmt: skip
     assert all("error" not in k and k["spill_bytes"] == 0 for k in theirs), theirs
     assert set(report["ops"][OPS[1]]["sass_per_token"]) == {"ours", "sglang"}  # every kernel counted
+
+
+def test_prefill_no_worse_than_flas_chunked_chain(report):
+    """Issue 40's prefill target at 512 tokens: every kernel of ours counted
+    (the per-(chunk, head) solve and the state pass) against FLA's eight."""
+    ours = _rows(report, OPS[1], "ours")
+    assert all("error" not in k and k["spill_bytes"] == 0 for k in ours), ours
+    assert all(k["sass_per_token"] is not None and k["occupancy"] >= 1 for k in ours), ours  # smem fits sm_90
+    per_token = report["ops"][OPS[1]]["sass_per_token"]
+    assert per_token["ours"] == sum(k["sass_per_token"] for k in ours), per_token
+    assert per_token["ours"] <= per_token["sglang"], per_token
 
 
 def test_conv_update_no_worse_than_sglangs_triton_kernel(report):

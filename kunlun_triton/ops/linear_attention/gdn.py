@@ -15,16 +15,24 @@ from ...runtime import capabilities, launch_options, plan_cache, use_triton
 from ..launch import KernelLaunch, constexpr_args, run_keywords
 from ..spec import explicit_config, lookup_config
 from ..validation import checked_mode, require_number, require_same_device, require_tensor
-from . import gdn_kernels, reference
+from . import gdn_kernels, gdn_prefill_kernels, reference
 from .checks import check_slots, ragged_max_len, require_requests
 
 MAX_HEAD_DIM = 256  # a program holds a [head_dim, BLOCK_V] slice of the state
+# prefill's chunk kernel (the config's launch options are the state pass's). sm_90, Qwen3-Next dims,
+# 512 tokens: 4 warps, 242 registers, no spill, 9,706 warp-instructions a token; 8 warps cost ~2x
+# per token (a [64, 64] product's operand staging is per warp)
+CHUNK_WARPS = 4
+MAX_CHUNK = 512  # gdn_prefill_kernels.LOG2_MAX
 
 
 @dataclass(frozen=True)
 class GdnPlan:
-    launch: KernelLaunch
+    launch: KernelLaunch  # decode's kernel; prefill's state pass
     block_v: int
+    chunk_launch: KernelLaunch | None = None  # prefill's per-(chunk, value head) kernel
+    chunk: int = 0
+    block_k: int = 0
 
 
 def _pow2(n: int) -> int:
@@ -46,11 +54,23 @@ def _plan(op, key_dim, value_dim, group, l2norm, has_init, packed, config) -> Gd
             raise ValueError(f"{op}: formulation must be 'dot' or 'sum', got {formulation!r}")
         use_dot = formulation == "dot"
         chunk = config["CHUNK"]
+        if chunk & (chunk - 1) or not 0 < chunk <= MAX_CHUNK:
+            raise ValueError(f"{op}: CHUNK must be a power of two up to {MAX_CHUNK}, got {chunk}")
         if use_dot:  # tl.dot takes no dimension under 16
             chunk, block_v = max(chunk, 16), max(block_v, 16)
             common["BLOCK_V"] = block_v
-        kernel = gdn_kernels.gdn_prefill_kernel
-        constexprs = constexpr_args(kernel, **common, CHUNK=chunk, HAS_INIT_FLAGS=has_init, USE_DOT=use_dot)
+        prefill = dict(KEY_DIM=key_dim, BLOCK_K=block_k, CHUNK=chunk, USE_DOT=use_dot,
+                       LOAD_IGNORES_OTHER=caps.load_ignores_other)  # fmt: skip
+        kernel = gdn_prefill_kernels.gdn_prefill_state_kernel
+        constexprs = constexpr_args(kernel, **prefill, VALUE_DIM=value_dim, BLOCK_V=block_v, HAS_INIT_FLAGS=has_init,
+                                    PACKED_STATE=packed, DOT_BF16=caps.dot_bf16)  # fmt: skip
+        chunk_kernel = gdn_prefill_kernels.gdn_prefill_chunk_kernel
+        chunk_constexprs = constexpr_args(chunk_kernel, **prefill, GROUP=group, QK_L2NORM=l2norm,
+                                          DOT_BF16=caps.dot_bf16)  # fmt: skip
+        chunk_options = {**config, "num_warps": CHUNK_WARPS}
+        return GdnPlan(KernelLaunch(kernel, constexprs, run_keywords(launch_options(config))), block_v,
+                       KernelLaunch(chunk_kernel, chunk_constexprs, run_keywords(launch_options(chunk_options))),
+                       chunk, block_k)  # fmt: skip
     return GdnPlan(KernelLaunch(kernel, constexprs, run_keywords(launch_options(config))), block_v)
 
 
@@ -184,7 +204,28 @@ def gated_delta_rule_prefill(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
     out = q.new_empty(tokens, value_heads, value_dim)
     if batch <= 0:
         return out
-    plan.launch((-(-value_dim // plan.block_v), value_heads, batch), q, k, v, a, b, A_log, dt_bias, state_pool,
-                cache_indices, query_start_loc, cache_indices if has_initial_state is None else has_initial_state, out,
-                batch, *_strides(q, k, v, a, b, state_pool), out.stride(0), out.stride(1), scale)  # fmt: skip
+    # chunks: at most tokens // CHUNK + requests, a bound from shapes (no host sync); chunk_start[n] is
+    # request n's first chunk, chunk_request[c] chunk c's request (n_requests for the spare ones)
+    chunk = plan.chunk
+    lengths = query_start_loc[1:] - query_start_loc[:-1]
+    chunk_start = torch.zeros(batch + 1, dtype=torch.int64, device=q.device)
+    torch.cumsum(torch.div(lengths + (chunk - 1), chunk, rounding_mode="floor"), 0, dtype=torch.int64,
+                 out=chunk_start[1:])  # fmt: skip
+    chunks = tokens // chunk + batch
+    chunk_request = torch.searchsorted(chunk_start[1:], torch.arange(chunks, device=q.device), right=True,
+                                       out_int32=True)  # fmt: skip
+    ws = lambda *shape: torch.empty(chunks, value_heads, *shape, dtype=torch.float32, device=q.device)  # noqa: E731
+    kn, scores, tb = ws(chunk, plan.block_k), ws(chunk, chunk), ws(chunk, chunk)
+    # the output's q in bf16 when q is (its product with S in bf16, as FLA's output kernel); fp32
+    # otherwise: fp16 would hold S rounded to fp16's range
+    qg = torch.empty(chunks, value_heads, chunk, plan.block_k, device=q.device,
+                     dtype=q.dtype if q.dtype == torch.bfloat16 else torch.float32)  # fmt: skip
+    row_scales, decay = ws(2, chunk), ws()
+    plan.chunk_launch((chunks, value_heads), q, k, a, b, A_log, dt_bias, query_start_loc, chunk_start, chunk_request,
+                      kn, qg, scores, tb, row_scales, decay, batch, q.stride(0), q.stride(1), k.stride(0), k.stride(1),
+                      a.stride(0), b.stride(0), scale)  # fmt: skip
+    plan.launch((-(-value_dim // plan.block_v), value_heads, batch), kn, qg, scores, tb, row_scales, decay, v,
+                state_pool, cache_indices, query_start_loc, chunk_start,
+                cache_indices if has_initial_state is None else has_initial_state, out, batch, v.stride(0),
+                v.stride(1), *state_pool.stride(), out.stride(0), out.stride(1))  # fmt: skip
     return out

@@ -1,6 +1,6 @@
 """Gated delta rule kernels: the one-token decode (fused with the gating and
 the q/k L2 norm, as SGLang's ``fused_sigmoid_gating_delta_rule_update``) and
-the chunked prefill (WY / UT form) over a ragged batch.
+the helpers the chunked prefill (gdn_prefill_kernels) shares.
 
 Per request and value head hv (key head hv // GROUP), state S [K, V] fp32:
 
@@ -8,23 +8,14 @@ Per request and value head hv (key head hv // GROUP), state S [K, V] fp32:
     q_t, k_t <- q_t / sqrt(|q_t|^2 + 1e-6), k_t / sqrt(|k_t|^2 + 1e-6)
     S <- exp(g_t) S;   S <- S + k_t (beta_t (v_t - S^T k_t))^T;   o_t = scale S^T q_t
 
-Chunked (C tokens from state S0; G_i = g_1 + ... + g_i inside the chunk):
-the new values X [C, V] solve the unit lower-triangular system
-
-    X_i = beta_i (v_i - e^{G_i} S0^T k_i) - sum_{j<i} beta_i e^{G_i - G_j} (k_i . k_j) X_j
-
-(forward substitution, row by row: no inverse is formed), then
-
-    o_i = scale (e^{G_i} S0^T q_i + sum_{j<=i} e^{G_i - G_j} (q_i . k_j) X_j)
-    S   = e^{G_C} S0 + sum_j e^{G_C - G_j} k_j X_j^T
-
-The products are `tl.dot` (USE_DOT, from the target's capabilities / the
-config's ``formulation``) or broadcast `tl.sum`s (Kunlun: small tiles). A
-program owns one request, one value head and BLOCK_V value columns: it reads
-its [K, BLOCK_V] slice of the state once and writes it once. The pool holds
-S transposed ([slots, HV, V, K], SGLang's layout); any strides work. Padded
-token rows of the last chunk load as zeros with g = beta = 0: they neither
-decay nor add to the state.
+The chunked prefill (gdn_prefill_kernels) solves each chunk's system once
+per (chunk, value head) and walks the chunks with the state in a second
+kernel. The products are `tl.dot` (USE_DOT, from the target's capabilities /
+the config's ``formulation``) or broadcast `tl.sum`s (Kunlun: small tiles).
+A decode program owns one request, one value head and BLOCK_V value columns:
+it reads its [K, BLOCK_V] slice of the state once and writes it once. The
+pool holds S transposed ([slots, HV, V, K], SGLang's layout); any strides
+work.
 """
 
 import triton
@@ -130,78 +121,5 @@ def gdn_decode_kernel(
     s = s + k * delta[None, :]
     o = tl.sum(s * q, axis=0)
     tl.store(out_ptr + n * out_stride_t + hv * out_stride_h + vv, o.to(out_ptr.dtype.element_ty), mask=vmask)
-    if slot >= 0:
-        tl.store(state_ptrs, s.to(state_ptr.dtype.element_ty), mask=smask)
-
-
-@triton.jit(do_not_specialize=["n_requests"])
-def gdn_prefill_kernel(
-    q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, alog_ptr, dt_bias_ptr, state_ptr, slots_ptr, query_start_loc_ptr,
-    has_init_ptr, out_ptr,
-    n_requests, q_stride_t, q_stride_h, k_stride_t, k_stride_h, v_stride_t, v_stride_h, a_stride, b_stride,
-    st_stride_slot, st_stride_h, st_stride_v, st_stride_k, out_stride_t, out_stride_h, scale,
-    KEY_DIM: tl.constexpr, VALUE_DIM: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr,
-    GROUP: tl.constexpr, CHUNK: tl.constexpr, QK_L2NORM: tl.constexpr, HAS_INIT_FLAGS: tl.constexpr,
-    USE_DOT: tl.constexpr, LOAD_IGNORES_OTHER: tl.constexpr, PACKED_STATE: tl.constexpr,
-):
-    """Program (value block, value head, request): the request's chunks in order."""
-    pid_v, hv, n = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-    h = hv // GROUP
-    start = tl.load(query_start_loc_ptr + n).to(tl.int64)
-    length = tl.load(query_start_loc_ptr + n + 1).to(tl.int64) - start
-    kk = tl.arange(0, BLOCK_K)
-    vv = pid_v * BLOCK_V + tl.arange(0, BLOCK_V)
-    kmask, vmask = kk < KEY_DIM, vv < VALUE_DIM
-    slot = tl.load(slots_ptr + n).to(tl.int64)
-    read = (kk[:, None] * 0 + slot) >= 0  # per-lane (a scalar mask trips the interpreter)
-    if HAS_INIT_FLAGS:
-        read = read & ((kk[:, None] * 0 + tl.load(has_init_ptr + n).to(tl.int32)) != 0)
-    state_ptrs = _state_ptrs(state_ptr, slot, hv, kk, vv, st_stride_slot, st_stride_h, st_stride_v, st_stride_k,
-                             KEY_DIM, PACKED_STATE)  # fmt: skip
-    smask = kmask[:, None] & vmask[None, :]
-    s = masked_load(state_ptrs, smask & read, 0.0, LOAD_IGNORES_OTHER).to(tl.float32)  # [BK, BV]
-    A_log = tl.load(alog_ptr + hv).to(tl.float32)
-    dt_bias = tl.load(dt_bias_ptr + hv).to(tl.float32)
-    rows = tl.arange(0, CHUNK)
-    causal = rows[:, None] >= rows[None, :]  # [i, j]: j <= i
-    before = rows[:, None] < rows[None, :]  # [j, i]: j < i (the system's transposed strict lower part)
-    for c0 in range(0, length, CHUNK):
-        t = c0 + rows
-        tmask = t < length
-        tok = start + t
-        kc = masked_load(k_ptr + tok[:, None] * k_stride_t + h * k_stride_h + kk[None, :],
-                         tmask[:, None] & kmask[None, :], 0.0, LOAD_IGNORES_OTHER)  # fmt: skip
-        vc = masked_load(v_ptr + tok[:, None] * v_stride_t + hv * v_stride_h + vv[None, :],
-                         tmask[:, None] & vmask[None, :], 0.0, LOAD_IGNORES_OTHER).to(tl.float32)  # fmt: skip
-        a = masked_load(a_ptr + tok * a_stride + hv, tmask, 0.0, LOAD_IGNORES_OTHER).to(tl.float32)
-        b = masked_load(b_ptr + tok * b_stride + hv, tmask, 0.0, LOAD_IGNORES_OTHER).to(tl.float32)
-        g, beta = _gates(a, b, A_log, dt_bias)
-        g = tl.where(tmask, g, 0.0)
-        beta = tl.where(tmask, beta, 0.0)
-        kc = _l2_rows(kc.to(tl.float32), QK_L2NORM)
-        G = tl.sum(tl.where(causal, g[None, :], 0.0), axis=1)  # G_i = sum_{j <= i} g_j
-        e_g = tl.exp(G)
-        rhs = beta[:, None] * (vc - e_g[:, None] * _mm(kc, s, USE_DOT))  # [C, BV]
-        # the system's strict lower part, transposed: lower_t[j, i] = beta_i e^{G_i - G_j} (k_i . k_j), j < i
-        # (exponents <= 0: g <= 0)
-        lower_t = tl.where(before, beta[None, :] * tl.exp(tl.where(before, G[None, :] - G[:, None], 0.0))
-                           * _mm_nt(kc, kc, USE_DOT), 0.0)  # fmt: skip
-        x = tl.zeros([CHUNK, BLOCK_V], dtype=tl.float32)
-        for i in range(CHUNK):
-            pick = rows == i
-            coeff = tl.sum(tl.where(pick[None, :], lower_t, 0.0), axis=1)  # [C] over j: row i of the system
-            x_i = tl.sum(tl.where(pick[:, None], rhs, 0.0), axis=0) - tl.sum(coeff[:, None] * x, axis=0)
-            x = tl.where(pick[:, None], x_i[None, :], x)
-        # q is loaded only now: fewer tiles live through the substitution
-        qc = masked_load(q_ptr + tok[:, None] * q_stride_t + h * q_stride_h + kk[None, :],
-                         tmask[:, None] & kmask[None, :], 0.0, LOAD_IGNORES_OTHER)  # fmt: skip
-        qc = _l2_rows(qc.to(tl.float32), QK_L2NORM)
-        # e^{G_i - G_j} (q_i . k_j) for j <= i, 0 above the diagonal
-        scores = tl.where(causal, tl.exp(tl.where(causal, G[:, None] - G[None, :], 0.0)) * _mm_nt(qc, kc, USE_DOT), 0.0)
-        o = scale * (e_g[:, None] * _mm(qc, s, USE_DOT) + _mm(scores, x, USE_DOT))
-        tl.store(out_ptr + tok[:, None] * out_stride_t + hv * out_stride_h + vv[None, :],
-                 o.to(out_ptr.dtype.element_ty), mask=tmask[:, None] & vmask[None, :])  # fmt: skip
-        g_total = tl.sum(g, axis=0)
-        s = tl.exp(g_total) * s + _mm_tn(kc * tl.exp(g_total - G)[:, None], x, USE_DOT)
     if slot >= 0:
         tl.store(state_ptrs, s.to(state_ptr.dtype.element_ty), mask=smask)

@@ -244,20 +244,26 @@ def _gdn_kernels(decode: bool):
 
 def _with_work(spec, shape, decode: bool):
     """`KernelSpec.work` of a gated-delta-rule launch (inspect's per-token
-    counts): a program per (value block, value head, request); prefill's
-    chunk loop runs a request's chunks, the substitution loop nested in it
-    CHUNK rows a chunk (trips: means over the programs)."""
+    counts). Decode and prefill's state pass: a program per (value block,
+    value head, request), the state pass's loop a request's chunks (trips:
+    the mean over the programs). Prefill's chunk kernel: a program per
+    (chunk, value head), no loop; its grid's spare programs (the bound
+    tokens // CHUNK + requests less the chunks there are) load one index
+    and exit, and are not counted."""
     import dataclasses
 
     d = _dims(shape)
     n = shape["batch"] if decode else len(shape["lengths"])
-    programs = -(-d["value_dim"] // spec.constexprs["BLOCK_V"]) * d["value_heads"] * n
     if decode:
+        programs = -(-d["value_dim"] // spec.constexprs["BLOCK_V"]) * d["value_heads"] * n
         return dataclasses.replace(spec, work={"programs": programs, "tokens": n, "trips": ()})
     chunk = spec.constexprs["CHUNK"]
-    chunks = sum(-(-length // chunk) for length in shape["lengths"]) / n
-    return dataclasses.replace(spec, work={"programs": programs, "tokens": sum(shape["lengths"]),
-                                           "trips": (chunks, chunks * chunk)})  # fmt: skip
+    chunks = sum(-(-length // chunk) for length in shape["lengths"])
+    tokens = sum(shape["lengths"])
+    if "BLOCK_V" not in spec.constexprs:  # the chunk kernel
+        return dataclasses.replace(spec, work={"programs": chunks * d["value_heads"], "tokens": tokens, "trips": ()})
+    programs = -(-d["value_dim"] // spec.constexprs["BLOCK_V"]) * d["value_heads"] * n
+    return dataclasses.replace(spec, work={"programs": programs, "tokens": tokens, "trips": (chunks / n,)})
 
 
 def gdn_decode_traffic(shape, dtype) -> int:

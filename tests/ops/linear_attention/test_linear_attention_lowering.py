@@ -3,8 +3,11 @@ CUDA sm_90 and HIP gfx942 at Qwen3-Next-80B-A3B's dims (16 key heads, 32
 value heads, head dims 128, bf16 inputs, fp32 state), as the launchers plan
 them, and spill nothing: decode, the convolutions, the norm, and the
 prefill's sum formulation as Kunlun's config plans it (sm_90 standing in for
-Kunlun's local memory). The prefill's dot formulation lowers on both targets;
-it still spills on sm_90 (328 bytes at the default tiles, see default.yaml)."""
+Kunlun's local memory). The prefill's dot formulation (both of its kernels)
+lowers on both targets; its spills are pinned by the SGLang-stage inspect test
+(tests/tools/test_inspect_linear_attention_sglang.py, SGLang's Triton: none),
+not here: under Triton 3.9 the state pass at 32 columns spills 128 bytes
+(see default.yaml)."""
 
 import pytest
 import torch
@@ -39,13 +42,14 @@ def test_kernels_lower_without_spills(op):
 
 def test_prefill_sum_formulation_as_kunlun_plans_it_does_not_spill():
     specs = planned_kernels("gated_delta_rule_prefill", {"lengths": (100, 7)}, torch.bfloat16, KUNLUN)
-    assert specs[0].constexprs["USE_DOT"] is False
-    (cost,) = _costs(specs, ("cuda",)).values()
-    assert cost["spill_bytes"] == 0, cost
+    assert [s.name for s in specs] == ["gdn_prefill_chunk_kernel", "gdn_prefill_state_kernel"]
+    assert all(s.constexprs["USE_DOT"] is False for s in specs)
+    for name, cost in _costs(specs, ("cuda",)).items():
+        assert cost["spill_bytes"] == 0, (name, cost)
 
 
 @pytest.mark.parametrize("target, aot", [(SM90, "cuda"), (GFX942, "hip")], ids=["sm_90", "gfx942"])
 def test_prefill_dot_formulation_lowers(target, aot):
     specs = planned_kernels("gated_delta_rule_prefill", {"lengths": (100, 7)}, torch.bfloat16, target)
-    assert specs[0].constexprs["USE_DOT"] is True and specs[0].constexprs["CHUNK"] == 64
+    assert len(specs) == 2 and all(s.constexprs["USE_DOT"] is True and s.constexprs["CHUNK"] == 64 for s in specs)
     _costs(specs, (aot,))
