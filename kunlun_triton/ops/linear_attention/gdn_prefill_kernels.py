@@ -54,6 +54,17 @@ def _chunk_ptrs(ptr, chunk, hv, rows, cols, CHUNK: tl.constexpr, WIDTH: tl.const
 
 
 @triton.jit
+def _chunk_rows(base, stride_t, rows, kk, tile, DOT_BF16: tl.constexpr, LOAD_IGNORES_OTHER: tl.constexpr):
+    """A chunk's [C, BLOCK_K] rows of q or k from `base` (its first token, its head): (the dot
+    operand: the input's dtype, fp32 where a bf16 dot is wrong (DOT_BF16 off); the rows in fp32)."""
+    x = masked_load(base + (rows[:, None] * stride_t + kk[None, :]), tile, 0.0, LOAD_IGNORES_OTHER)
+    xf = x.to(tl.float32)
+    if not DOT_BF16 and base.dtype.element_ty == tl.bfloat16:
+        x = xf
+    return x, xf
+
+
+@triton.jit
 def _inv_norms(gram, eye, ENABLED: tl.constexpr):
     """1 / sqrt(|x_i|^2 + 1e-6) from the diagonal of gram = x x^T [R, R] (ones when not ENABLED): a
     reduction over [R, R] rather than [R, K]."""
@@ -122,11 +133,8 @@ def gdn_prefill_chunk_kernel(
         # never a pass over a [C, K] tile; k . k and q . k in the inputs' dtype where there is a dot
         # (products exact, fp32 sums; fp32 operands where a bf16 dot is wrong, DOT_BF16: the interpreter)
         tile_k = tmask[:, None] & (kk < KEY_DIM)[None, :]
-        kx = masked_load((k_ptr + first * k_stride_t + h * k_stride_h) + (rows[:, None] * k_stride_t + kk[None, :]),
-                         tile_k, 0.0, LOAD_IGNORES_OTHER)  # fmt: skip
-        kf = kx.to(tl.float32)
-        if not DOT_BF16 and k_ptr.dtype.element_ty == tl.bfloat16:
-            kx = kf
+        kx, kf = _chunk_rows(k_ptr + first * k_stride_t + h * k_stride_h, k_stride_t, rows, kk, tile_k, DOT_BF16,
+                             LOAD_IGNORES_OTHER)  # fmt: skip
         if USE_DOT:
             kkt = tl.dot(kx, tl.trans(kx))
         else:
@@ -134,11 +142,8 @@ def gdn_prefill_chunk_kernel(
         rk = _inv_norms(kkt, eye, QK_L2NORM)
         # whole tiles stored: the padded rows and columns are zeros, so the state pass loads without masks
         tl.store(_chunk_ptrs(kn_ptr, c, hv, rows, kk, CHUNK, BLOCK_K), kf * rk[:, None])
-        qx = masked_load((q_ptr + first * q_stride_t + h * q_stride_h) + (rows[:, None] * q_stride_t + kk[None, :]),
-                         tile_k, 0.0, LOAD_IGNORES_OTHER)  # fmt: skip
-        qf = qx.to(tl.float32)
-        if not DOT_BF16 and q_ptr.dtype.element_ty == tl.bfloat16:
-            qx = qf
+        qx, qf = _chunk_rows(q_ptr + first * q_stride_t + h * q_stride_h, q_stride_t, rows, kk, tile_k, DOT_BF16,
+                             LOAD_IGNORES_OTHER)  # fmt: skip
         if USE_DOT:
             qkt, qqt = tl.dot(qx, tl.trans(kx)), tl.dot(qx, tl.trans(qx))
         else:

@@ -254,16 +254,16 @@ def _with_work(spec, shape, decode: bool):
 
     d = _dims(shape)
     n = shape["batch"] if decode else len(shape["lengths"])
-    if decode:
-        programs = -(-d["value_dim"] // spec.constexprs["BLOCK_V"]) * d["value_heads"] * n
-        return dataclasses.replace(spec, work={"programs": programs, "tokens": n, "trips": ()})
-    chunk = spec.constexprs["CHUNK"]
-    chunks = sum(-(-length // chunk) for length in shape["lengths"])
-    tokens = sum(shape["lengths"])
-    if "BLOCK_V" not in spec.constexprs:  # the chunk kernel
-        return dataclasses.replace(spec, work={"programs": chunks * d["value_heads"], "tokens": tokens, "trips": ()})
+    tokens, trips = n, ()
+    if not decode:
+        chunk = spec.constexprs["CHUNK"]
+        chunks = sum(-(-length // chunk) for length in shape["lengths"])
+        tokens = sum(shape["lengths"])
+        if "BLOCK_V" not in spec.constexprs:  # the chunk kernel
+            return dataclasses.replace(spec, work={"programs": chunks * d["value_heads"], "tokens": tokens, "trips": ()})
+        trips = (chunks / n,)
     programs = -(-d["value_dim"] // spec.constexprs["BLOCK_V"]) * d["value_heads"] * n
-    return dataclasses.replace(spec, work={"programs": programs, "tokens": tokens, "trips": (chunks / n,)})
+    return dataclasses.replace(spec, work={"programs": programs, "tokens": tokens, "trips": trips})
 
 
 def gdn_decode_traffic(shape, dtype) -> int:
