@@ -7,12 +7,16 @@ three gated-delta-net layers then one full-attention layer, 2 key heads and 4
 value heads of 16, conv width 4, a slow decay (A_log in [-4, -1]) so the
 recurrent state carries across chunks; partial rotary 0.25 / 0.5. The first test
 proves the oracle sees the GDN layers and their state. The quick form (CI) is one
-engine per model with --chunked-prefill-size 16, so the 24-token prompts are cut
-inside a request (the second chunk continues from the first's conv and recurrent
-states, inside one of our prefill kernel's 64-token chunks): each prompt alone,
-the three as one batch, and second turns whose prefix state comes from SGLang's
-mamba radix cache (``no_buffer``: the platform's choice, rules.py). The slow form
-adds concurrent arrivals of mixed lengths on a small pool."""
+engine per model on SGLang's default prefix cache for these models
+(``extra_buffer``: the states snapshotted into spare slots at track points
+64 tokens apart) with --chunked-prefill-size 80, so the 150-token prompt is
+cut inside one of our prefill kernel's 64-token chunks (the second chunk
+continues from the first's conv and recurrent states): each prompt alone, the
+three as one batch, and second turns whose prefix state comes from the cache:
+a prefill's snapshot at token 64 (inside an 80-token extend) and 144, and a
+decode's at 64 (the 58-token prompt decoding past it). The slow form serves
+concurrent arrivals of mixed lengths on a small pool with the other strategy
+(``no_buffer``)."""
 
 from __future__ import annotations
 
@@ -20,8 +24,10 @@ import pytest
 from kt_models_table import check_or_write_row, kernels_since, refusals
 from kt_sglang_support import output_ids
 
-CHUNK, NEW = 16, 4
-OPTIONS = {"tp_size": 1, "chunked_prefill_size": CHUNK}
+CHUNK, NEW, TRACK = 80, 8, 64
+OPTIONS = {"tp_size": 1, "chunked_prefill_size": CHUNK, "mamba_track_interval": TRACK}
+NO_BUFFER = {"tp_size": 1, "chunked_prefill_size": 16, "mamba_radix_cache_strategy": "no_buffer",
+             "disable_overlap_schedule": True}  # fmt: skip
 MODELS = ("qwen3_next", "qwen3_5")
 GDN_OPS = ("causal_conv1d", "causal_conv1d_update", "gated_delta_rule_prefill", "gated_delta_rule_decode",
            "gated_rms_norm", "extend_attention", "decode_attention")  # fmt: skip
@@ -38,9 +44,11 @@ def _oracle(path, **changes):
 
 
 def _prompts(hf):
-    prefix = hf.encode("The radix cache shares the prefix of prompts that begin with")
-    return [prefix + hf.encode(" the same tokens."), prefix + hf.encode(" a kernel"),
-            hf.encode("Once upon a time there was a little model that learned to count: one two three.")]  # fmt: skip
+    """150, 58 and 100 tokens: two extends with a snapshot each, a decode past the track point, one
+    extend with a snapshot inside it (the first two share their first 50 tokens)."""
+    text = " ".join(f"{word} {i}" for i, word in enumerate(("radix cache prefix state chunk kernel decode " * 20).split()))
+    ids = hf.encode(text)
+    return [ids[:150], ids[:50] + hf.encode(" and then it began to count: one two three four")[:8], ids[200:300]]
 
 
 @pytest.fixture(scope="module", params=MODELS)
@@ -48,7 +56,7 @@ def hybrid(request, tiny_model):
     path = tiny_model(request.param)
     hf = _oracle(path)
     prompts = _prompts(hf)
-    assert all(len(p) > CHUNK for p in prompts)  # chunked prefill cuts each prompt
+    assert [len(p) for p in prompts] == [150, 58, 100]
     return request.param, path, hf, prompts
 
 
@@ -75,15 +83,16 @@ def test_alone_batched_chunked_and_second_turns_equal_hf(hybrid, engines):
     arch, path, hf, prompts = hybrid
     expected = [hf.greedy(p, NEW) for p in prompts]
     engine = engines.get(path, **OPTIONS)
+    assert engine.get_server_info()["mamba_radix_cache_strategy"] == "extra_buffer"  # SGLang's default, served
     for prompt, want in zip(prompts, expected):
         assert output_ids(engine.generate(input_ids=prompt, sampling_params=_greedy())) == want, arch
     batch = engine.generate(input_ids=prompts, sampling_params=_greedy())
     assert [output_ids(out) for out in batch] == expected, arch
-    # Second turns: the first turn (prompt + answer) left its states in the radix cache.
-    for prompt, first in zip(prompts[:2], expected):
+    # Second turns: the states at the first turns' track points are in the radix cache.
+    for prompt, first, snapshot in zip(prompts, expected, (2 * TRACK + 16, TRACK, TRACK)):
         turn = prompt + first + hf.encode(" and then the next one")
         out = engine.generate(input_ids=turn, sampling_params=_greedy())
-        assert out["meta_info"]["cached_tokens"] >= len(prompt), (arch, out["meta_info"]["cached_tokens"])
+        assert out["meta_info"]["cached_tokens"] >= snapshot, (arch, out["meta_info"]["cached_tokens"])
         assert output_ids(out) == hf.greedy(turn, NEW), arch
     ops = engine_dispatch_report(engine)[0]["ops"]
     _check_row(arch, path, ops)
@@ -101,7 +110,6 @@ def _check_row(arch, path, ops):
     refused = refusals(path, moe=arch == "qwen3_next")
     base = {"model_path": path, "speculative_algorithm": None, "kv_cache_dtype": "auto"}
     tries = (("speculative decoding with gated delta net", {"speculative_algorithm": "EAGLE"}),
-             ("extra_buffer prefix cache with gated delta net", {"mamba_radix_cache_strategy": "extra_buffer"}),
              ("mixed chunks with gated delta net", {"enable_mixed_chunk": True}))  # fmt: skip
     for key, change in tries:
         with pytest.raises(UnsupportedFeature):
@@ -109,23 +117,24 @@ def _check_row(arch, path, ops):
         refused.append(key)
     check_or_write_row({
         "architecture": {"qwen3_next": "Qwen3NextForCausalLM", "qwen3_5": "Qwen3_5ForCausalLM"}[arch],
-        "served": f"4 layers (3 gated delta net, 1 gated full attention), TP 1, radix cache (no_buffer) + chunked "
-                  f"prefill at {CHUNK}",
+        "served": f"4 layers (3 gated delta net, 1 gated full attention), TP 1, radix cache (extra_buffer, "
+                  f"track interval {TRACK}) + chunked prefill at {CHUNK}",  # fmt: skip
         "oracle": "HF transformers, eager attention", "ops": kernels_since(ops, {}), "refused": refused})  # fmt: skip
 
 
 @pytest.mark.slow
 def test_concurrent_arrivals_on_a_small_pool_keep_the_states(hybrid, engines):
     """Concurrent requests of mixed lengths arriving while earlier ones decode, on
-    a KV pool small enough that SGLang may retract and re-run requests: each still
-    gets HF's tokens. (--enable-mixed-chunk is refused for these models: rules.py.)"""
+    a KV pool small enough that SGLang may retract and re-run requests, with the
+    no_buffer prefix cache and chunks of 16: each still gets HF's tokens.
+    (--enable-mixed-chunk is refused for these models: rules.py.)"""
     import asyncio
 
     arch, path, hf, prompts = hybrid
     more = [hf.encode(text) for text in ("Hello, how are you today?", "Numbers: 0 1 2 3 4 5 6 7 8 9 10 11 12",
                                          "Tell me a story about a cat and a dog who lived in a small house.")]
     every = prompts + more
-    engine = engines.get(path, **OPTIONS, max_total_tokens=160, max_running_requests=6)
+    engine = engines.get(path, **NO_BUFFER, max_total_tokens=480, max_running_requests=6)
     new = 12
 
     async def run():
@@ -144,8 +153,6 @@ GDN_CONFIG = {"architectures": ["Qwen3NextForCausalLM"], "linear_num_value_heads
 
 @pytest.mark.parametrize("args,match", [
     ({"speculative_algorithm": "EAGLE"}, r"Qwen3NextForCausalLM .*--speculative-algorithm EAGLE.*drop --speculative"),
-    ({"mamba_radix_cache_strategy": "extra_buffer"},
-     r"--mamba-radix-cache-strategy extra_buffer.*no_buffer with --disable-overlap-schedule"),
     ({"enable_mixed_chunk": True}, r"--enable-mixed-chunk.*drop --enable-mixed-chunk"),
 ])  # fmt: skip
 def test_what_the_hybrid_path_cannot_serve_is_refused_at_start_naming_the_flag(tmp_path, args, match):
@@ -159,17 +166,3 @@ def test_what_the_hybrid_path_cannot_serve_is_refused_at_start_naming_the_flag(t
     server_args = SimpleNamespace(model_path=str(tmp_path), **{**defaults, **args})
     with pytest.raises(UnsupportedFeature, match=match):
         check_support(server_args, ours=True)
-
-
-def test_the_platform_picks_no_buffer_for_gdn_models_only(tmp_path):
-    """SGLang resolves ``auto`` to ``no_buffer`` once the overlap scheduler is off
-    (arg_groups/overrides.py); a strategy the user chose, or another model, is left."""
-    from types import SimpleNamespace
-
-    from kunlun_triton.sglang_plugin.linear_attention.rules import apply_hybrid_defaults
-
-    for config, strategy, off in ((GDN_CONFIG, "auto", True), (GDN_CONFIG, "no_buffer", False),
-                                  ({"architectures": ["LlamaForCausalLM"]}, "auto", False)):  # fmt: skip
-        args = SimpleNamespace(mamba_radix_cache_strategy=strategy, disable_overlap_schedule=False)
-        apply_hybrid_defaults(args, config)
-        assert args.disable_overlap_schedule is off and args.mamba_radix_cache_strategy == strategy

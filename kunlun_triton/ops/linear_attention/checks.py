@@ -25,6 +25,52 @@ def check_slots(op: str, name: str, slots: torch.Tensor, num_slots: int) -> None
         raise ValueError(f"{op}: {name} names a slot twice; each request needs its own state slot")
 
 
+def check_track_slots(op: str, track_slots, cache_indices: torch.Tensor, num_slots: int) -> None:
+    """Snapshot slots (optional, -1: none): one a request, in the pool, none repeated, none a
+    request's own slot (two programs would race on it)."""
+    if track_slots is None:
+        return
+    require_index_tensor(op, "track_slots", track_slots)
+    if track_slots.shape != cache_indices.shape:
+        raise ValueError(f"{op}: track_slots has {track_slots.shape[0]} entries for {cache_indices.shape[0]} requests")
+    if track_slots.device != cache_indices.device:
+        raise ValueError(f"{op}: track_slots is on {track_slots.device}, cache_indices on {cache_indices.device}")
+    check_slots(op, "track_slots", track_slots, num_slots)
+    live = track_slots.detach().cpu().long()
+    if bool(torch.isin(live[live >= 0], cache_indices.detach().cpu().long()).any()):
+        raise ValueError(f"{op}: track_slots names a slot a request reads; a snapshot needs a slot of its own")
+
+
+def check_track_state(op: str, track_state, track_chunk_idx, track_chunk_size: int, query_start_loc,
+                      state_pool: torch.Tensor) -> None:  # fmt: skip
+    """The prefill's optional snapshot: [requests, *state dims] contiguous, float, one chunk index
+    a request (-1: none) whose point lies inside the request (host read: checked mode only)."""
+    if track_state is None and track_chunk_idx is None:
+        return
+    if track_state is None or track_chunk_idx is None:
+        raise ValueError(f"{op}: track_state and track_chunk_idx go together")
+    batch = query_start_loc.shape[0] - 1
+    require_tensor(op, "track_state", track_state, dtypes=(torch.float32, torch.bfloat16, torch.float16))
+    if tuple(track_state.shape) != (batch, *state_pool.shape[1:]) or not track_state.is_contiguous():
+        raise ValueError(f"{op}: track_state must be contiguous [requests, *state_pool.shape[1:]] = "
+                         f"{[batch, *state_pool.shape[1:]]}, got {list(track_state.shape)}")  # fmt: skip
+    require_index_tensor(op, "track_chunk_idx", track_chunk_idx)
+    if track_chunk_idx.shape[0] != batch:
+        raise ValueError(f"{op}: track_chunk_idx has {track_chunk_idx.shape[0]} entries for {batch} requests")
+    if isinstance(track_chunk_size, bool) or not isinstance(track_chunk_size, int) or track_chunk_size <= 0:
+        raise ValueError(f"{op}: track_chunk_size must be a positive int, got {track_chunk_size!r}")
+    for name, t in (("track_state", track_state), ("track_chunk_idx", track_chunk_idx)):
+        if t.device != state_pool.device:
+            raise ValueError(f"{op}: {name} is on {t.device}, state_pool on {state_pool.device}")
+    points = track_chunk_idx.detach().cpu().long() * track_chunk_size
+    lengths = (query_start_loc[1:] - query_start_loc[:-1]).detach().cpu().long()
+    bad = (track_chunk_idx.detach().cpu() < -1) | ((points >= lengths) & (points >= 0))
+    if bool(bad.any()):
+        n = int(bad.nonzero()[0, 0])
+        raise ValueError(f"{op}: track_chunk_idx[{n}] = {int(track_chunk_idx[n])} puts the snapshot at token "
+                         f"{int(points[n])} of a {int(lengths[n])}-token request (-1 for none)")  # fmt: skip
+
+
 def require_requests(op: str, cache_indices, has_initial_state, batch: int) -> None:
     require_index_tensor(op, "cache_indices", cache_indices)
     if cache_indices.shape[0] != batch:

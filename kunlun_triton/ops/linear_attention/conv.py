@@ -16,7 +16,7 @@ from ..launch import KernelLaunch, constexpr_args, run_keywords
 from ..spec import explicit_config, lookup_config
 from ..validation import checked_mode, require_choice, require_same_device, require_tensor
 from . import conv_kernels, reference
-from .checks import check_slots, ragged_max_len, require_requests
+from .checks import check_slots, check_track_slots, ragged_max_len, require_requests
 
 ACTIVATIONS = (None, "silu", "swish")
 MAX_WIDTH = 4  # the kernels hold a window of three columns and the current token
@@ -29,7 +29,8 @@ class ConvPlan:
     block_t: int
 
 
-def _plan(op: str, dim: int, width: int, has_bias: bool, has_init: bool, silu: bool, config: dict) -> ConvPlan:
+def _plan(op: str, dim: int, width: int, has_bias: bool, has_init: bool, silu: bool, has_track: bool,
+          config: dict) -> ConvPlan:  # fmt: skip
     block_d = config["BLOCK_D"]
     options = launch_options(config)
     if "num_warps" in options:  # BLOCK_D >= 32 * num_warps: no replicated lanes (conv_kernels' docstring)
@@ -44,19 +45,19 @@ def _plan(op: str, dim: int, width: int, has_bias: bool, has_init: bool, silu: b
         block_t = 1
         kernel = conv_kernels.conv1d_update_kernel
         constexprs = constexpr_args(kernel, DIM=dim, WIDTH=width, BLOCK_D=block_d, HAS_BIAS=has_bias, SILU=silu,
-                                    LOAD_IGNORES_OTHER=caps.load_ignores_other)  # fmt: skip
+                                    LOAD_IGNORES_OTHER=caps.load_ignores_other, HAS_TRACK=has_track)  # fmt: skip
     return ConvPlan(KernelLaunch(kernel, constexprs, run_keywords(options)), block_d, block_t)
 
 
 @plan_cache
-def _cached_plan(op, dim, width, has_bias, has_init, silu) -> ConvPlan:
-    return _plan(op, dim, width, has_bias, has_init, silu, lookup_config(op, dim=dim))
+def _cached_plan(op, dim, width, has_bias, has_init, silu, has_track) -> ConvPlan:
+    return _plan(op, dim, width, has_bias, has_init, silu, has_track, lookup_config(op, dim=dim))
 
 
-def _get_plan(op, dim, width, has_bias, has_init, silu, config) -> ConvPlan:
+def _get_plan(op, dim, width, has_bias, has_init, silu, config, has_track=False) -> ConvPlan:
     if config is None:
-        return _cached_plan(op, dim, width, has_bias, has_init, silu)
-    return _plan(op, dim, width, has_bias, has_init, silu, explicit_config(op, config, dim=dim))
+        return _cached_plan(op, dim, width, has_bias, has_init, silu, has_track)
+    return _plan(op, dim, width, has_bias, has_init, silu, has_track, explicit_config(op, config, dim=dim))
 
 
 def _check_conv(op, x, weight, bias, conv_states, activation):
@@ -124,26 +125,31 @@ def causal_conv1d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
 
 def causal_conv1d_update(x: torch.Tensor, conv_states: torch.Tensor, weight: torch.Tensor,
                          bias: torch.Tensor | None, cache_indices: torch.Tensor, activation: str | None = "silu", *,
-                         check: bool = True, config: dict | None = None) -> torch.Tensor:  # fmt: skip
+                         track_slots: torch.Tensor | None = None, check: bool = True,
+                         config: dict | None = None) -> torch.Tensor:  # fmt: skip
     """One decode token per request: x [batch, dim]; request n's window is
     conv_states[cache_indices[n]] ([dim, width - 1], rolled left by one and
-    x appended, in place; slot -1: zeros, nothing written). Returns [batch,
-    dim] in x's dtype."""
+    x appended, in place; slot -1: zeros, nothing written). track_slots
+    [batch] (optional): where track_slots[n] >= 0 the new window is written
+    to that slot too (SGLang's prefix-cache snapshot). Returns [batch, dim]
+    in x's dtype."""
     op = "causal_conv1d_update"
     if checked_mode(check):
         _check_conv(op, x, weight, bias, conv_states, activation)
         require_requests(op, cache_indices, None, x.shape[0])
         require_same_device(op, x=x, weight=weight, bias=bias, conv_states=conv_states, cache_indices=cache_indices)
         check_slots(op, "cache_indices", cache_indices, conv_states.shape[0])
+        check_track_slots(op, track_slots, cache_indices, conv_states.shape[0])
     if not use_triton(op, x, weight, conv_states):
-        return reference.causal_conv1d_update(x, conv_states, weight, bias, cache_indices, activation)
+        return reference.causal_conv1d_update(x, conv_states, weight, bias, cache_indices, activation,
+                                              track_slots=track_slots)  # fmt: skip
     dim, width = weight.shape
-    plan = _get_plan(op, dim, width, bias is not None, False, activation is not None, config)
+    plan = _get_plan(op, dim, width, bias is not None, False, activation is not None, config, track_slots is not None)
     out = x.new_empty(x.shape)
     batch = x.shape[0]
     if batch == 0:
         return out
     plan.launch((-(-dim // plan.block_d), batch), x, weight, weight if bias is None else bias, conv_states,
-                cache_indices, out, batch, x.stride(0), out.stride(0), weight.stride(0), weight.stride(1),
+                cache_indices, cache_indices if track_slots is None else track_slots, out, batch, x.stride(0), out.stride(0), weight.stride(0), weight.stride(1),
                 *_state_strides(conv_states))  # fmt: skip
     return out

@@ -114,14 +114,27 @@ def conv1d_prefill_kernel(
                 tl.store(state_ptrs + j * st_stride_c, value.to(state_ptr.dtype.element_ty), mask=dmask)
 
 
+@triton.jit
+def _store_window(state_ptrs, c1, c2, xt, dmask, st_stride_c, WIDTH: tl.constexpr):
+    """The new state: window positions 1..3 and x, right-aligned to WIDTH - 1 columns."""
+    dtype = state_ptrs.dtype.element_ty
+    if WIDTH >= 4:
+        tl.store(state_ptrs + (WIDTH - 4) * st_stride_c, c1.to(dtype), mask=dmask)
+    if WIDTH >= 3:
+        tl.store(state_ptrs + (WIDTH - 3) * st_stride_c, c2.to(dtype), mask=dmask)
+    tl.store(state_ptrs + (WIDTH - 2) * st_stride_c, xt.to(dtype), mask=dmask)
+
+
 @triton.jit(do_not_specialize=["n_requests"])
 def conv1d_update_kernel(
-    x_ptr, weight_ptr, bias_ptr, state_ptr, slots_ptr, out_ptr,
+    x_ptr, weight_ptr, bias_ptr, state_ptr, slots_ptr, track_slots_ptr, out_ptr,
     n_requests, x_stride, out_stride, w_stride_d, w_stride_c, st_stride_slot, st_stride_d, st_stride_c,
     DIM: tl.constexpr, WIDTH: tl.constexpr, BLOCK_D: tl.constexpr, HAS_BIAS: tl.constexpr,
-    SILU: tl.constexpr, LOAD_IGNORES_OTHER: tl.constexpr,
+    SILU: tl.constexpr, LOAD_IGNORES_OTHER: tl.constexpr, HAS_TRACK: tl.constexpr,
 ):
-    """Program (channel block, request): one decode token; the state rolls left by one."""
+    """Program (channel block, request): one decode token; the state rolls left by one. HAS_TRACK:
+    the new window also goes to slot track_slots[n] where that is >= 0 (SGLang's prefix-cache
+    snapshot)."""
     pid_d, n = tl.program_id(0), tl.program_id(1)
     d = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
     dmask = d < DIM
@@ -141,10 +154,10 @@ def conv1d_update_kernel(
         y += tl.load(bias_ptr + d, mask=dmask).to(tl.float32)
     y = _activate(y, SILU)
     tl.store(out_ptr + n * out_stride + d, y.to(out_ptr.dtype.element_ty), mask=dmask)
-    if slot >= 0:  # new state: window positions 1..3 and x, right-aligned to WIDTH - 1 columns
-        store_mask = dmask
-        if WIDTH >= 4:
-            tl.store(state_ptrs + (WIDTH - 4) * st_stride_c, c1.to(state_ptr.dtype.element_ty), mask=store_mask)
-        if WIDTH >= 3:
-            tl.store(state_ptrs + (WIDTH - 3) * st_stride_c, c2.to(state_ptr.dtype.element_ty), mask=store_mask)
-        tl.store(state_ptrs + (WIDTH - 2) * st_stride_c, xt.to(state_ptr.dtype.element_ty), mask=store_mask)
+    if slot >= 0:
+        _store_window(state_ptrs, c1, c2, xt, dmask, st_stride_c, WIDTH)
+    if HAS_TRACK:
+        track = tl.load(track_slots_ptr + n).to(tl.int64)
+        if track >= 0:
+            _store_window(state_ptr + track * st_stride_slot + d * st_stride_d, c1, c2, xt, dmask, st_stride_c, WIDTH)
+

@@ -16,7 +16,7 @@ from ..launch import KernelLaunch, constexpr_args, run_keywords
 from ..spec import explicit_config, lookup_config
 from ..validation import checked_mode, require_number, require_same_device, require_tensor
 from . import gdn_kernels, gdn_prefill_kernels, reference
-from .checks import check_slots, ragged_max_len, require_requests
+from .checks import check_slots, check_track_slots, check_track_state, ragged_max_len, require_requests
 
 MAX_HEAD_DIM = 256  # a program holds a [head_dim, BLOCK_V] slice of the state
 # prefill's chunk kernel (the config's launch options are the state pass's). sm_90, Qwen3-Next dims,
@@ -39,7 +39,7 @@ def _pow2(n: int) -> int:
     return 1 << max(n - 1, 0).bit_length()
 
 
-def _plan(op, key_dim, value_dim, group, l2norm, has_init, packed, config) -> GdnPlan:
+def _plan(op, key_dim, value_dim, group, l2norm, has_init, packed, has_track, config) -> GdnPlan:
     caps = capabilities()
     block_k = max(_pow2(key_dim), 16)
     block_v = min(config["BLOCK_V"], max(_pow2(value_dim), 16))
@@ -47,7 +47,7 @@ def _plan(op, key_dim, value_dim, group, l2norm, has_init, packed, config) -> Gd
                   QK_L2NORM=l2norm, LOAD_IGNORES_OTHER=caps.load_ignores_other, PACKED_STATE=packed)  # fmt: skip
     if op == "gated_delta_rule_decode":
         kernel = gdn_kernels.gdn_decode_kernel
-        constexprs = constexpr_args(kernel, **common)
+        constexprs = constexpr_args(kernel, **common, HAS_TRACK=has_track)
     else:
         formulation = config.get("formulation") or ("dot" if caps.has_dot else "sum")
         if formulation not in ("dot", "sum"):
@@ -63,7 +63,7 @@ def _plan(op, key_dim, value_dim, group, l2norm, has_init, packed, config) -> Gd
                        LOAD_IGNORES_OTHER=caps.load_ignores_other)  # fmt: skip
         kernel = gdn_prefill_kernels.gdn_prefill_state_kernel
         constexprs = constexpr_args(kernel, **prefill, VALUE_DIM=value_dim, BLOCK_V=block_v, HAS_INIT_FLAGS=has_init,
-                                    PACKED_STATE=packed, DOT_BF16=caps.dot_bf16)  # fmt: skip
+                                    PACKED_STATE=packed, DOT_BF16=caps.dot_bf16, HAS_TRACK=has_track)  # fmt: skip
         chunk_kernel = gdn_prefill_kernels.gdn_prefill_chunk_kernel
         chunk_constexprs = constexpr_args(chunk_kernel, **prefill, GROUP=group, QK_L2NORM=l2norm,
                                           DOT_BF16=caps.dot_bf16)  # fmt: skip
@@ -75,15 +75,15 @@ def _plan(op, key_dim, value_dim, group, l2norm, has_init, packed, config) -> Gd
 
 
 @plan_cache
-def _cached_plan(op, key_dim, value_dim, group, l2norm, has_init, packed) -> GdnPlan:
-    return _plan(op, key_dim, value_dim, group, l2norm, has_init, packed,
+def _cached_plan(op, key_dim, value_dim, group, l2norm, has_init, packed, has_track) -> GdnPlan:
+    return _plan(op, key_dim, value_dim, group, l2norm, has_init, packed, has_track,
                  lookup_config(op, key_dim=key_dim, value_dim=value_dim))  # fmt: skip
 
 
-def _get_plan(op, key_dim, value_dim, group, l2norm, has_init, packed, config) -> GdnPlan:
+def _get_plan(op, key_dim, value_dim, group, l2norm, has_init, packed, config, has_track=False) -> GdnPlan:
     if config is None:
-        return _cached_plan(op, key_dim, value_dim, group, l2norm, has_init, packed)
-    return _plan(op, key_dim, value_dim, group, l2norm, has_init, packed,
+        return _cached_plan(op, key_dim, value_dim, group, l2norm, has_init, packed, has_track)
+    return _plan(op, key_dim, value_dim, group, l2norm, has_init, packed, has_track,
                  explicit_config(op, config, key_dim=key_dim, value_dim=value_dim))  # fmt: skip
 
 
@@ -131,14 +131,17 @@ def _strides(q, k, v, a, b, state_pool):
 def gated_delta_rule_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
                             A_log: torch.Tensor, dt_bias: torch.Tensor, state_pool: torch.Tensor,
                             cache_indices: torch.Tensor, scale: float | None = None, *, qk_l2norm: bool = True,
-                            check: bool = True, config: dict | None = None) -> torch.Tensor:  # fmt: skip
+                            track_slots: torch.Tensor | None = None, check: bool = True,
+                            config: dict | None = None) -> torch.Tensor:  # fmt: skip
     """One gated-delta-rule step per request (math: gdn_kernels).
 
     q, k: [N, key heads, K]; v: [N, value heads, V] (value heads a multiple of
     key heads); a, b: [N, value heads]; A_log, dt_bias: [value heads];
     state_pool: [slots, value heads, V, K] (SGLang's layout, any strides,
     fp32 in practice): request n steps slot cache_indices[n] in place (slot
-    -1: a zero state, nothing written). scale: default K ** -0.5. Returns o
+    -1: a zero state, nothing written). track_slots [N] (optional): where
+    track_slots[n] >= 0 the new state goes to that slot too (SGLang's
+    prefix-cache snapshot, extra_buffer). scale: default K ** -0.5. Returns o
     [N, value heads, V] in q's dtype.
     """
     op = "gated_delta_rule_decode"
@@ -148,19 +151,20 @@ def gated_delta_rule_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a
         require_same_device(op, q=q, k=k, v=v, a=a, b=b, A_log=A_log, dt_bias=dt_bias, state_pool=state_pool,
                             cache_indices=cache_indices)  # fmt: skip
         check_slots(op, "cache_indices", cache_indices, state_pool.shape[0])
+        check_track_slots(op, track_slots, cache_indices, state_pool.shape[0])
     scale = k.shape[-1] ** -0.5 if scale is None else float(scale)
     if not use_triton(op, q, k, v, state_pool):
         return reference.gated_delta_rule_decode(q, k, v, a, b, A_log, dt_bias, state_pool, cache_indices, scale,
-                                                 qk_l2norm=qk_l2norm).to(q.dtype)  # fmt: skip
+                                                 qk_l2norm=qk_l2norm, track_slots=track_slots).to(q.dtype)  # fmt: skip
     tokens, heads, key_dim = k.shape
     value_heads, value_dim = v.shape[1], v.shape[2]
     plan = _get_plan(op, key_dim, value_dim, value_heads // heads, bool(qk_l2norm), False, _packed(state_pool),
-                     config)  # fmt: skip
+                     config, track_slots is not None)  # fmt: skip
     out = q.new_empty(tokens, value_heads, value_dim)
     if tokens == 0:
         return out
     plan.launch((-(-value_dim // plan.block_v), value_heads, tokens), q, k, v, a, b, A_log, dt_bias, state_pool,
-                cache_indices, out, tokens, *_strides(q, k, v, a, b, state_pool), out.stride(0), out.stride(1),
+                cache_indices, cache_indices if track_slots is None else track_slots, out, tokens, *_strides(q, k, v, a, b, state_pool), out.stride(0), out.stride(1),
                 scale)  # fmt: skip
     return out
 
@@ -169,8 +173,9 @@ def gated_delta_rule_prefill(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
                              A_log: torch.Tensor, dt_bias: torch.Tensor, state_pool: torch.Tensor,
                              cache_indices: torch.Tensor, query_start_loc: torch.Tensor,
                              has_initial_state: torch.Tensor | None = None, scale: float | None = None, *,
-                             qk_l2norm: bool = True, check: bool = True,
-                             config: dict | None = None) -> torch.Tensor:  # fmt: skip
+                             qk_l2norm: bool = True, track_state: torch.Tensor | None = None,
+                             track_chunk_idx: torch.Tensor | None = None, track_chunk_size: int = 64,
+                             check: bool = True, config: dict | None = None) -> torch.Tensor:  # fmt: skip
     """The gated delta rule over a ragged batch, in chunks (math: gdn_kernels).
 
     q, k: [T, key heads, K]; v: [T, value heads, V]; a, b: [T, value heads];
@@ -179,6 +184,11 @@ def gated_delta_rule_prefill(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
     or from zeros where has_initial_state[n] is false (default: every
     request reads its slot) or the slot is -1, and writes its final state to
     the slot (not for -1). Returns o [T, value heads, V] in q's dtype.
+    track_state [N, value heads, V, K] (contiguous) with track_chunk_idx [N]:
+    the state after track_chunk_idx[n] * track_chunk_size tokens of request
+    n goes to track_state[n] (-1: none; the point inside the request), as
+    SGLang's snapshot-capable prefill kernels take it (extra_buffer);
+    track_chunk_size must be a multiple of the config's CHUNK.
     config: CHUNK (tokens a chunk), BLOCK_V, formulation (dot | sum).
     """
     op = "gated_delta_rule_prefill"
@@ -192,15 +202,23 @@ def gated_delta_rule_prefill(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
                             has_initial_state=has_initial_state)  # fmt: skip
         check_slots(op, "cache_indices", cache_indices, state_pool.shape[0])
         ragged_max_len(op, query_start_loc, batch, q.shape[0], None, True)
+        check_track_state(op, track_state, track_chunk_idx, track_chunk_size, query_start_loc, state_pool)
+    elif (track_state is None) != (track_chunk_idx is None):
+        raise ValueError(f"{op}: track_state and track_chunk_idx go together")
     scale = k.shape[-1] ** -0.5 if scale is None else float(scale)
     if not use_triton(op, q, k, v, state_pool):
         return reference.gated_delta_rule_prefill(q, k, v, a, b, A_log, dt_bias, state_pool, cache_indices,
-                                                  query_start_loc, has_initial_state, scale,
-                                                  qk_l2norm=qk_l2norm).to(q.dtype)  # fmt: skip
+                                                  query_start_loc, has_initial_state, scale, qk_l2norm=qk_l2norm,
+                                                  track_state=track_state, track_chunk_idx=track_chunk_idx,
+                                                  track_chunk_size=track_chunk_size).to(q.dtype)  # fmt: skip
     tokens, heads, key_dim = k.shape
     value_heads, value_dim = v.shape[1], v.shape[2]
+    tracking = track_state is not None
     plan = _get_plan(op, key_dim, value_dim, value_heads // heads, bool(qk_l2norm), has_initial_state is not None,
-                     _packed(state_pool), config)  # fmt: skip
+                     _packed(state_pool), config, tracking)  # fmt: skip
+    if tracking and track_chunk_size % plan.chunk:
+        raise ValueError(f"{op}: track_chunk_size {track_chunk_size} is not a multiple of the config's CHUNK "
+                         f"{plan.chunk}: the snapshot must fall on a chunk boundary")  # fmt: skip
     out = q.new_empty(tokens, value_heads, value_dim)
     if batch <= 0:
         return out
@@ -226,6 +244,8 @@ def gated_delta_rule_prefill(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
                       a.stride(0), b.stride(0), scale)  # fmt: skip
     plan.launch((-(-value_dim // plan.block_v), value_heads, batch), kn, qg, scores, tb, row_scales, decay, v,
                 state_pool, cache_indices, query_start_loc, chunk_start,
-                cache_indices if has_initial_state is None else has_initial_state, out, batch, v.stride(0),
-                v.stride(1), *state_pool.stride(), out.stride(0), out.stride(1))  # fmt: skip
+                cache_indices if has_initial_state is None else has_initial_state, out,
+                state_pool if track_state is None else track_state,
+                cache_indices if track_chunk_idx is None else track_chunk_idx, batch, v.stride(0), v.stride(1),
+                *state_pool.stride(), out.stride(0), out.stride(1), int(track_chunk_size))  # fmt: skip
     return out

@@ -87,13 +87,16 @@ def _state_ptrs(state_ptr, slot, hv, kk, vv, st_stride_slot, st_stride_h, st_str
 
 @triton.jit(do_not_specialize=["n_requests"])
 def gdn_decode_kernel(
-    q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, alog_ptr, dt_bias_ptr, state_ptr, slots_ptr, out_ptr,
+    q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, alog_ptr, dt_bias_ptr, state_ptr, slots_ptr, track_slots_ptr, out_ptr,
     n_requests, q_stride_t, q_stride_h, k_stride_t, k_stride_h, v_stride_t, v_stride_h, a_stride, b_stride,
     st_stride_slot, st_stride_h, st_stride_v, st_stride_k, out_stride_t, out_stride_h, scale,
     KEY_DIM: tl.constexpr, VALUE_DIM: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr,
     GROUP: tl.constexpr, QK_L2NORM: tl.constexpr, LOAD_IGNORES_OTHER: tl.constexpr, PACKED_STATE: tl.constexpr,
+    HAS_TRACK: tl.constexpr,
 ):
-    """Program (value block, value head, request): one token's step."""
+    """Program (value block, value head, request): one token's step. HAS_TRACK: the new state also
+    goes to slot track_slots[n] where that is >= 0 (SGLang's prefix-cache snapshot, written here
+    rather than copied from the slot by another launch)."""
     pid_v, hv, n = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     h = hv // GROUP
     kk = tl.arange(0, BLOCK_K)
@@ -123,3 +126,8 @@ def gdn_decode_kernel(
     tl.store(out_ptr + n * out_stride_t + hv * out_stride_h + vv, o.to(out_ptr.dtype.element_ty), mask=vmask)
     if slot >= 0:
         tl.store(state_ptrs, s.to(state_ptr.dtype.element_ty), mask=smask)
+    if HAS_TRACK:
+        track = tl.load(track_slots_ptr + n).to(tl.int64)
+        if track >= 0:
+            tl.store(_state_ptrs(state_ptr, track, hv, kk, vv, st_stride_slot, st_stride_h, st_stride_v, st_stride_k,
+                                 KEY_DIM, PACKED_STATE), s.to(state_ptr.dtype.element_ty), mask=smask)  # fmt: skip

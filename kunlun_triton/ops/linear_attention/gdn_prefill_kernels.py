@@ -169,12 +169,12 @@ def gdn_prefill_chunk_kernel(
 @triton.jit(do_not_specialize=["n_requests"])
 def gdn_prefill_state_kernel(
     kn_ptr, qg_ptr, scores_ptr, tb_ptr, rows_ptr, decay_ptr, v_ptr, state_ptr, slots_ptr, query_start_loc_ptr,
-    chunk_start_ptr, has_init_ptr, out_ptr,
+    chunk_start_ptr, has_init_ptr, out_ptr, track_ptr, track_chunk_ptr,
     n_requests, v_stride_t, v_stride_h, st_stride_slot, st_stride_h, st_stride_v, st_stride_k, out_stride_t,
-    out_stride_h,
+    out_stride_h, track_chunk_size,
     KEY_DIM: tl.constexpr, VALUE_DIM: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr,
     CHUNK: tl.constexpr, HAS_INIT_FLAGS: tl.constexpr, USE_DOT: tl.constexpr, LOAD_IGNORES_OTHER: tl.constexpr,
-    PACKED_STATE: tl.constexpr, DOT_BF16: tl.constexpr,
+    PACKED_STATE: tl.constexpr, DOT_BF16: tl.constexpr, HAS_TRACK: tl.constexpr,
 ):
     """Program (value block, value head, request): the request's chunks in
     order from its slot's state, on its BLOCK_V value columns:
@@ -183,7 +183,10 @@ def gdn_prefill_state_kernel(
         o = qg S + scores X
         S = e^{G_C} S + (k / |k|)^T (e^{G_C - G} X)
 
-    and the final state back to the slot."""
+    and the final state back to the slot. HAS_TRACK: the state after
+    track_chunk[n] * track_chunk_size tokens (a multiple of CHUNK, the start
+    of one of our chunks) also goes to track[n] ([requests, value heads, V,
+    K], packed): SGLang's prefix-cache snapshot (extra_buffer)."""
     pid_v, hv, n = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     start = tl.load(query_start_loc_ptr + n).to(tl.int64)
     length = tl.load(query_start_loc_ptr + n + 1).to(tl.int64) - start
@@ -200,8 +203,16 @@ def gdn_prefill_state_kernel(
     smask = kmask[:, None] & vmask[None, :]
     s = masked_load(state_ptrs, smask & read, 0.0, LOAD_IGNORES_OTHER).to(tl.float32)  # [BK, BV]
     rows = tl.arange(0, CHUNK)
+    track_at = -1
+    if HAS_TRACK:
+        track_at = tl.load(track_chunk_ptr + n).to(tl.int64) * track_chunk_size
     for c0 in range(0, length, CHUNK):
         c = first + c0 // CHUNK
+        if HAS_TRACK:
+            if c0 == track_at:
+                tl.store(_state_ptrs(track_ptr, n, hv, kk, vv, tl.num_programs(1) * VALUE_DIM * KEY_DIM,
+                                     VALUE_DIM * KEY_DIM, KEY_DIM, 1, KEY_DIM, True),
+                         s.to(track_ptr.dtype.element_ty), mask=smask)  # fmt: skip
         tile = ((c0 + rows) < length)[:, None] & vmask[None, :]
         v = masked_load((v_ptr + (start + c0) * v_stride_t + hv * v_stride_h) + (rows[:, None] * v_stride_t + vv[None, :]),
                         tile, 0.0, LOAD_IGNORES_OTHER).to(tl.float32)  # fmt: skip

@@ -55,16 +55,19 @@ def causal_conv1d(x, weight, bias, conv_states, query_start_loc, cache_indices, 
     return out.to(x.dtype)
 
 
-def causal_conv1d_update(x, conv_states, weight, bias, cache_indices, activation="silu"):
-    """x [batch, dim], one token per request; the state rolls left by one."""
+def causal_conv1d_update(x, conv_states, weight, bias, cache_indices, activation="silu", *, track_slots=None):
+    """x [batch, dim], one token per request; the state rolls left by one (and
+    is copied to track_slots[n] where that is >= 0)."""
     width = weight.shape[1]
     out = torch.zeros(x.shape, dtype=torch.float64, device=x.device)
+    tracks = _slots(track_slots) if track_slots is not None else [-1] * x.shape[0]
     for n, slot in enumerate(_slots(cache_indices)):
         init = conv_states[slot].double().T if slot >= 0 else x.new_zeros(width - 1, x.shape[1], dtype=torch.float64)
         full = torch.cat([init, x[n : n + 1].double()])
         out[n] = (full * weight.double().T).sum(0) + (bias.double() if bias is not None else 0)
-        if slot >= 0:
-            conv_states[slot] = full[1:].T.to(conv_states.dtype)
+        for target in (slot, tracks[n]):
+            if target >= 0:
+                conv_states[target] = full[1:].T.to(conv_states.dtype)
     if activation == "silu":
         out = _silu(out)
     return out.to(x.dtype)
@@ -104,18 +107,21 @@ def _scale(scale, k):
 
 
 def gated_delta_rule_decode(q, k, v, a, b, A_log, dt_bias, state_pool, cache_indices, scale=None, *,
-                            qk_l2norm=True):  # fmt: skip
+                            qk_l2norm=True, track_slots=None):  # fmt: skip
     """One token per request: q, k [N, H, K]; v [N, HV, V]; a, b [N, HV];
     state_pool [slots, HV, V, K] (fp32, updated in place; slot < 0: zero
-    state, nothing written). Returns o [N, HV, V] in v's dtype."""
+    state, nothing written; the new state also to track_slots[n] where that
+    is >= 0). Returns o [N, HV, V] in v's dtype."""
     g, beta = gdn_gates(a, b, A_log, dt_bias)
     out = torch.empty(v.shape, dtype=torch.float64, device=v.device)
+    tracks = _slots(track_slots) if track_slots is not None else [-1] * q.shape[0]
     for n, slot in enumerate(_slots(cache_indices)):
         state = _read_state(state_pool, slot, True, v.shape[1], k.shape[-1], v.shape[-1], v.device)
         out[n : n + 1] = gated_delta_recurrence(q[n : n + 1], k[n : n + 1], v[n : n + 1], g[n : n + 1],
                                                 beta[n : n + 1], state, _scale(scale, k), qk_l2norm)  # fmt: skip
-        if slot >= 0:
-            state_pool[slot] = state.transpose(-1, -2).to(state_pool.dtype)
+        for target in (slot, tracks[n]):
+            if target >= 0:
+                state_pool[target] = state.transpose(-1, -2).to(state_pool.dtype)
     return out.to(v.dtype)
 
 
@@ -126,20 +132,27 @@ def _read_state(state_pool, slot, use, heads, key_dim, value_dim, device):
 
 
 def gated_delta_rule_prefill(q, k, v, a, b, A_log, dt_bias, state_pool, cache_indices, query_start_loc,
-                             has_initial_state=None, scale=None, *, qk_l2norm=True):  # fmt: skip
+                             has_initial_state=None, scale=None, *, qk_l2norm=True, track_state=None,
+                             track_chunk_idx=None, track_chunk_size=64):  # fmt: skip
     """Requests back to back: q, k [T, H, K]; v [T, HV, V]; a, b [T, HV];
     each request starts from its slot's state (zeros where has_initial_state
-    is false or the slot is negative) and writes its final state there.
-    Returns o [T, HV, V] in v's dtype."""
+    is false or the slot is negative) and writes its final state there; the
+    state after track_chunk_idx[n] * track_chunk_size of its tokens to
+    track_state[n] (where that index is >= 0). Returns o [T, HV, V] in v's
+    dtype."""
     g, beta = gdn_gates(a, b, A_log, dt_bias)
     out = torch.empty(v.shape, dtype=torch.float64, device=v.device)
     bounds = query_start_loc.tolist()
+    points = [-1] * len(bounds) if track_chunk_idx is None else [i * track_chunk_size for i in _slots(track_chunk_idx)]
     for n, slot in enumerate(_slots(cache_indices)):
         s, e = bounds[n], bounds[n + 1]
         use = has_initial_state is None or bool(has_initial_state[n])
         state = _read_state(state_pool, slot, use, v.shape[1], k.shape[-1], v.shape[-1], v.device)
-        out[s:e] = gated_delta_recurrence(q[s:e], k[s:e], v[s:e], g[s:e], beta[s:e], state, _scale(scale, k),
-                                          qk_l2norm)  # fmt: skip
+        for lo, hi in ((s, s + points[n]), (s + points[n], e)) if points[n] >= 0 else ((s, e),):
+            out[lo:hi] = gated_delta_recurrence(q[lo:hi], k[lo:hi], v[lo:hi], g[lo:hi], beta[lo:hi], state,
+                                                _scale(scale, k), qk_l2norm)  # fmt: skip
+            if points[n] >= 0 and hi == s + points[n]:
+                track_state[n] = state.transpose(-1, -2).to(track_state.dtype)
         if slot >= 0:
             state_pool[slot] = state.transpose(-1, -2).to(state_pool.dtype)
     return out.to(v.dtype)

@@ -21,10 +21,19 @@ serve, and read SGLang's state pool as it is:
   ``extend_prefix_lens > 0``: the requests that continue a cached or chunked
   prefix (their states are read; the others start from zeros).
 
+The extra_buffer prefix cache (SGLang's default strategy) snapshots states
+into spare slots at its track points. Decode: our kernels write the new conv
+window and state to ``where(mamba_track_mask, mamba_track_indices, -1)`` as
+they write the request's own slot (SGLang copies them in a second launch).
+Extend: the tracked conv windows are copied before the conv (SGLang's own
+statement), and the prefill writes the state at ``track_chunk_idx`` (its
+``supports_track_state_snapshot`` contract) into an fp32 buffer that SGLang's
+``_track_mamba_state_extend`` places.
+
 Target verify (speculative decoding), multi-item scoring, the fused decode
-projection (a tuple ``mixed_qkv``) and the extra_buffer prefix cache's state
-tracking stay SGLang's: the platform refuses them at start (``rules.py``),
-and a batch that reaches one anyway runs SGLang's original forward.
+projection (a tuple ``mixed_qkv``) and ReplaySSM stay SGLang's: the platform
+refuses them at start (``rules.py``), and a batch that reaches one anyway
+runs SGLang's original forward.
 Scope: platform. Test: tests/sglang_plugin/test_sglang_qwen3_next.py.
 """
 
@@ -44,7 +53,6 @@ def _ours(backend, forward_batch, mixed_qkv) -> bool:
         isinstance(mixed_qkv, torch.Tensor)
         and not forward_batch.forward_mode.is_target_verify()
         and getattr(backend, "mis_metadata", None) is None
-        and not getattr(metadata, "has_mamba_track_mask", False)
         and getattr(metadata, "replayssm_write_pos", None) is None
     )
 
@@ -75,11 +83,12 @@ def gdn_forward_decode(original, self, layer=None, forward_batch=None, mixed_qkv
     check = dev_mode()
     conv_states, ssm_states = _states(self, layer)
     slots = self.forward_metadata.mamba_cache_indices
+    track = _decode_track_slots(self.forward_metadata, forward_batch, slots.shape[0])
     x = ops.causal_conv1d_update(mixed_qkv, conv_states, layer.conv_weights, layer.bias, slots,
-                                 activation=layer.activation, check=check)  # fmt: skip
+                                 activation=layer.activation, track_slots=track, check=check)  # fmt: skip
     q, k, v = _split(layer, x)
     out = ops.gated_delta_rule_decode(q, k, v, a, b, layer.A_log, layer.dt_bias, ssm_states, slots,
-                                      scale=layer.head_k_dim**-0.5, check=check)  # fmt: skip
+                                      scale=layer.head_k_dim**-0.5, track_slots=track, check=check)  # fmt: skip
     return out.unsqueeze(0)  # [1, tokens, value heads, value dim], as SGLang's kernels return it
 
 
@@ -99,9 +108,33 @@ def gdn_forward_extend(original, self, layer=None, forward_batch=None, mixed_qkv
     has_initial_state = forward_batch.extend_prefix_lens > 0
     lengths = forward_batch.extend_seq_lens_cpu
     longest = max(lengths) if lengths else None  # a host int: no sync in the launcher
+    tracking = getattr(metadata, "has_mamba_track_mask", False)
+    if tracking:  # the tracked conv windows, before the conv moves them on (SGLang's statement, with the
+        # cast SGLang lacks: its conv states stay bf16 under a float32 model, SGLANG_MAMBA_CONV_DTYPE)
+        windows = mixed_qkv[metadata.track_conv_indices].transpose(1, 2)
+        conv_states[metadata.conv_states_mask_indices] = windows.to(conv_states.dtype)
     x = ops.causal_conv1d(mixed_qkv, layer.conv_weights, layer.bias, conv_states, starts, slots, has_initial_state,
                           activation=layer.activation, max_len=longest, check=check)  # fmt: skip
     q, k, v = _split(layer, x)
+    snapshot = None  # the states at unaligned track points (aligned ones are the final states)
+    if tracking and metadata.track_ssm_h_src.numel() > 0:
+        snapshot = torch.empty(slots.shape[0], *ssm_states.shape[1:], dtype=torch.float32, device=ssm_states.device)
     out = ops.gated_delta_rule_prefill(q, k, v, a, b, layer.A_log, layer.dt_bias, ssm_states, slots, starts,
-                                       has_initial_state, scale=layer.head_k_dim**-0.5, check=check)  # fmt: skip
+                                       has_initial_state, scale=layer.head_k_dim**-0.5, track_state=snapshot,
+                                       track_chunk_idx=None if snapshot is None else metadata.track_chunk_idx,
+                                       track_chunk_size=self.mamba_chunk_size, check=check)  # fmt: skip
+    if tracking:
+        self._track_mamba_state_extend(forward_batch, None, ssm_states, metadata, h_track_buf=snapshot)
     return out.unsqueeze(0)
+
+
+def _decode_track_slots(metadata, forward_batch, requests: int):
+    """Where each request's new states also go (-1: nowhere), once a forward: None without tracking."""
+    mask = getattr(forward_batch, "mamba_track_mask", None)
+    if mask is None:
+        return None
+    cached = getattr(metadata, "kunlun_track_slots", None)
+    if cached is None:
+        cached = torch.where(mask[:requests], metadata.mamba_track_indices[:requests], -1)
+        metadata.kunlun_track_slots = cached
+    return cached

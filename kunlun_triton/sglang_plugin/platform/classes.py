@@ -201,6 +201,9 @@ class _KunlunSRTPlatformBase(SRTPlatform):
     def get_speculative_graph_runner_cls(self, algorithm, phase):
         return None  # the draft phases run eagerly (no draft graph metadata in our backend)
 
+    def support_mamba_cache_extra_buffer(self) -> bool:
+        return True  # the GDN kernels write SGLang's state snapshots (linear_attention/gdn.py)
+
     def post_load_model(self, model) -> None:
         from ..layers.moe import check_model  # function-level: see get_kv_pool_cls
         from ..linear_attention import apply_after_load

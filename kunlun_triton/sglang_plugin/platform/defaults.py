@@ -17,7 +17,6 @@ import torch
 from ...runtime import current_target, run_dtype
 from ..layers.dp_attention import check_server_args as check_dp_attention
 from ..layers.moe import check_server_args
-from ..linear_attention.rules import apply_hybrid_defaults
 from ..speculative.algorithms import apply_speculative_defaults
 from .names import ATTENTION_BACKEND, LOGGER, SAMPLING_BACKEND
 from .dev_mode_defaults import apply_dev_mode_defaults
@@ -80,7 +79,6 @@ def apply_defaults(platform, server_args) -> None:
         server_args.disable_hybrid_swa_memory = True
         pin_moe_runner(server_args)
     check_tensor_parallel_heads(server_args)
-    apply_hybrid_defaults(server_args, model_config(getattr(server_args, "model_path", None)))
     check_support(server_args, ours=server_args.attention_backend == ATTENTION_BACKEND)
     apply_speculative_defaults(server_args)
 
