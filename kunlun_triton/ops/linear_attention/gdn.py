@@ -20,8 +20,8 @@ from .checks import check_slots, check_track_slots, check_track_state, ragged_ma
 
 MAX_HEAD_DIM = 256  # a program holds a [head_dim, BLOCK_V] slice of the state
 # prefill's chunk kernel (the config's launch options are the state pass's). sm_90, Qwen3-Next dims,
-# 512 tokens: 4 warps, 242 registers, no spill, 9,706 warp-instructions a token; 8 warps cost ~2x
-# per token (a [64, 64] product's operand staging is per warp)
+# 512 tokens, bf16: 4 warps, 246 registers, no spill, 9,608 warp-instructions a token (Triton 3.8;
+# 3.9: 237, 10,110); 8 warps 17,264 (a [64, 64] product's operand staging is per warp)
 CHUNK_WARPS = 4
 MAX_CHUNK = 512  # gdn_prefill_kernels.LOG2_MAX
 
@@ -33,6 +33,7 @@ class GdnPlan:
     chunk_launch: KernelLaunch | None = None  # prefill's per-(chunk, value head) kernel
     chunk: int = 0
     block_k: int = 0
+    bf16_workspace: bool = False  # prefill: k / |k| and T diag(beta) in bf16 when q is (bf16 dots)
 
 
 def _pow2(n: int) -> int:
@@ -70,7 +71,7 @@ def _plan(op, key_dim, value_dim, group, l2norm, has_init, packed, has_track, co
         chunk_options = {**config, "num_warps": CHUNK_WARPS}
         return GdnPlan(KernelLaunch(kernel, constexprs, run_keywords(launch_options(config))), block_v,
                        KernelLaunch(chunk_kernel, chunk_constexprs, run_keywords(launch_options(chunk_options))),
-                       chunk, block_k)  # fmt: skip
+                       chunk, block_k, use_dot and caps.dot_bf16)  # fmt: skip
     return GdnPlan(KernelLaunch(kernel, constexprs, run_keywords(launch_options(config))), block_v)
 
 
@@ -233,7 +234,12 @@ def gated_delta_rule_prefill(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
     chunk_request = torch.searchsorted(chunk_start[1:], torch.arange(chunks, device=q.device), right=True,
                                        out_int32=True)  # fmt: skip
     ws = lambda *shape: torch.empty(chunks, value_heads, *shape, dtype=torch.float32, device=q.device)  # noqa: E731
-    kn, scores, tb = ws(chunk, plan.block_k), ws(chunk, chunk), ws(chunk, chunk)
+    scores = ws(chunk, chunk)
+    # k / |k| and T diag(beta) in bf16 when q is and the state pass multiplies them as bf16 dots (as
+    # FLA keeps w, u and A in the inputs' dtype); fp32 otherwise
+    dtype = torch.bfloat16 if q.dtype == torch.bfloat16 and plan.bf16_workspace else torch.float32
+    kn = torch.empty(chunks, value_heads, chunk, plan.block_k, dtype=dtype, device=q.device)
+    tb = torch.empty(chunks, value_heads, chunk, chunk, dtype=dtype, device=q.device)
     # the output's q in bf16 when q is (its product with S in bf16, as FLA's output kernel); fp32
     # otherwise: fp16 would hold S rounded to fp16's range
     qg = torch.empty(chunks, value_heads, chunk, plan.block_k, device=q.device,

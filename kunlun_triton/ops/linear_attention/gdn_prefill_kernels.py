@@ -16,17 +16,29 @@ so with T = (I + L)^-1 (FLA's w = T (beta e^G k), u = T (beta v)):
 `gdn_prefill_chunk_kernel`, a program per (chunk, value head), does all that
 needs no state, once: gates, in-chunk cumsum, the L2 norms (as row scales),
 T diag(beta), the causal scores, k / |k|, scale e^G q / |q|, into a
-workspace (fp32; the last in bf16 when q is). `gdn_prefill_state_kernel`, a program per (value block, value
+workspace (fp32; the q in bf16 when q is, k / |k| and T diag(beta) too where
+the dots take bf16). `gdn_prefill_state_kernel`, a program per (value block, value
 head, request), walks the request's chunks with its [K, BLOCK_V] state slice
 and its own v columns (T applied there, so no [C, V] u and no [C, K] w is
 stored: w S0 = T diag(beta) e^G k S0), the output fused (no per-chunk states
 stored). The one-kernel form it replaces solved each chunk row by row on
 [C, BLOCK_V] tiles, once per value block: 399,016 warp-instructions a token
 and 72 spilled bytes on sm_90 at Qwen3-Next dims and 512 tokens, against
-16,860 and none here with SGLang's Triton (docs/linear-attention-cost.md).
+13,958 here with SGLang's Triton 3.8 and 14,330 with 3.9, no spills with
+either (docs/linear-attention-cost.md).
 The output's q (scale e^G q / |q|) is kept in bf16 when q is and multiplied
 with S in bf16 (as FLA's output kernel does with bf16 states): it reaches only the
-output, and halves that tile's registers in the state pass.
+output, and halves that tile's registers in the state pass. With bf16 inputs
+where the dots take bf16 (sm_90, gfx942), k / |k| and T diag(beta) are bf16
+too and the state pass's three other products are bf16 dots ((k / |k|) S,
+T diag(beta) (v - ...), (k / |k|)^T X, with S, the right side and X rounded
+to bf16), as FLA's chain keeps w, u, A, h and v_new in bf16: at 32 columns x
+4 warps the pass drops from 255 registers (Triton 3.9: 128 spilled bytes) to
+166 (3.8: 186), none spilled, 7,312 -> 4,220 warp-instructions a token (3.8:
+7,154 -> 4,350). That rounding, emulated at Qwen3-Next dims (512 to 2,048
+tokens), leaves the final state 2.8e-3 to 4.2e-3 off the float64 recurrence
+(relative norm; fp32 workspace 3.2e-4 to 5.3e-4, FLA's chain 2.7e-3 to
+4.7e-3) and the output 2.4e-3 to 5.0e-3 (FLA's 4.0e-3 to 5.4e-3).
 
 T by doubling the diagonal blocks (`_unit_lower_inverse`): log2(C) - 1
 levels of two [C, C] products (C = 64: ten), instead of C - 1 dependent
@@ -94,6 +106,22 @@ def _unit_lower_inverse(a, CHUNK: tl.constexpr, USE_DOT: tl.constexpr):
     return t
 
 
+@triton.jit
+def _ws_mm(a, b, TRANS_A: tl.constexpr, USE_DOT: tl.constexpr, DOT_BF16: tl.constexpr):
+    """a [M, K] (a [K, M]^T where TRANS_A), a workspace tile, @ b [K, N] (fp32). A bf16 tile (the
+    launcher stores k / |k| and T diag(beta) in bf16 only where these run as bf16 dots): a bf16 dot
+    with b rounded to bf16, as FLA's w h, A (beta v) and k^T v_new with its bf16 h and v_new."""
+    if USE_DOT and DOT_BF16 and a.dtype == tl.bfloat16:
+        if TRANS_A:
+            return tl.dot(tl.trans(a), b.to(tl.bfloat16))
+        else:
+            return tl.dot(a, b.to(tl.bfloat16))
+    elif TRANS_A:
+        return _mm_tn(a.to(tl.float32), b, USE_DOT)
+    else:
+        return _mm(a.to(tl.float32), b, USE_DOT)
+
+
 @triton.jit(do_not_specialize=["n_requests"])
 def gdn_prefill_chunk_kernel(
     q_ptr, k_ptr, a_ptr, b_ptr, alog_ptr, dt_bias_ptr, query_start_loc_ptr, chunk_start_ptr, chunk_request_ptr,
@@ -140,8 +168,10 @@ def gdn_prefill_chunk_kernel(
         else:
             kkt = _mm_nt(kf, kf, USE_DOT)
         rk = _inv_norms(kkt, eye, QK_L2NORM)
-        # whole tiles stored: the padded rows and columns are zeros, so the state pass loads without masks
-        tl.store(_chunk_ptrs(kn_ptr, c, hv, rows, kk, CHUNK, BLOCK_K), kf * rk[:, None])
+        # whole tiles stored: the padded rows and columns are zeros, so the state pass loads without masks.
+        # Stored here (k's live range ends): later (after q k^T or at the end) sm_90 spills 8 to 88 bytes
+        tl.store(_chunk_ptrs(kn_ptr, c, hv, rows, kk, CHUNK, BLOCK_K),
+                 (kf * rk[:, None]).to(kn_ptr.dtype.element_ty))  # fmt: skip
         qx, qf = _chunk_rows(q_ptr + first * q_stride_t + h * q_stride_h, q_stride_t, rows, kk, tile_k, DOT_BF16,
                              LOAD_IGNORES_OTHER)  # fmt: skip
         if USE_DOT:
@@ -163,7 +193,7 @@ def gdn_prefill_chunk_kernel(
         lmat = tl.where(rows[:, None] > rows[None, :], decay * kkt * (beta * rk)[:, None] * rk[None, :], 0.0)
         # beta on T's columns: the state pass needs T diag(beta) v, and v is never scaled
         tl.store(_chunk_ptrs(tb_ptr, c, hv, rows, rows, CHUNK, CHUNK),
-                 _unit_lower_inverse(lmat, CHUNK, USE_DOT) * beta[None, :])  # fmt: skip
+                 (_unit_lower_inverse(lmat, CHUNK, USE_DOT) * beta[None, :]).to(tb_ptr.dtype.element_ty))  # fmt: skip
 
 
 @triton.jit(do_not_specialize=["n_requests"])
@@ -219,8 +249,9 @@ def gdn_prefill_state_kernel(
         # workspace tiles are whole (zeros past the request's end and the head dims): no masks
         vec = (c * tl.num_programs(1) + hv) * (2 * CHUNK) + rows
         kn = tl.load(_chunk_ptrs(kn_ptr, c, hv, rows, kk, CHUNK, BLOCK_K))
-        rhs = v - tl.load(rows_ptr + vec)[:, None] * _mm(kn, s, USE_DOT)
-        x = _mm(tl.load(_chunk_ptrs(tb_ptr, c, hv, rows, rows, CHUNK, CHUNK)), rhs, USE_DOT)  # [C, BV]
+        rhs = v - tl.load(rows_ptr + vec)[:, None] * _ws_mm(kn, s, False, USE_DOT, DOT_BF16)
+        x = _ws_mm(tl.load(_chunk_ptrs(tb_ptr, c, hv, rows, rows, CHUNK, CHUNK)), rhs, False, USE_DOT,
+                   DOT_BF16)  # [C, BV]
         qg = tl.load(_chunk_ptrs(qg_ptr, c, hv, rows, kk, CHUNK, BLOCK_K))
         if USE_DOT and (DOT_BF16 or qg_ptr.dtype.element_ty != tl.bfloat16):
             o = tl.dot(qg, s.to(qg_ptr.dtype.element_ty))
@@ -232,6 +263,6 @@ def gdn_prefill_state_kernel(
         x = x * tl.load(rows_ptr + vec + CHUNK)[:, None]
         # k / |k| loaded again rather than held through the output (an L1 hit)
         kn = tl.load(_chunk_ptrs(kn_ptr, c, hv, rows, kk, CHUNK, BLOCK_K))
-        s = tl.load(decay_ptr + c * tl.num_programs(1) + hv) * s + _mm_tn(kn, x, USE_DOT)
+        s = tl.load(decay_ptr + c * tl.num_programs(1) + hv) * s + _ws_mm(kn, x, True, USE_DOT, DOT_BF16)
     if slot >= 0:
         tl.store(state_ptrs, s.to(state_ptr.dtype.element_ty), mask=smask)
