@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 from ..runtime import current_target, dispatch_report
+from .linear_attention.gdn import extend_batches_report
 from .speculative.accept import accept_report
 from .speculative.algorithms import speculative_shape
 from .speculative.phases import speculative_report
@@ -68,7 +69,7 @@ def _place(scheduler) -> dict:
 def _record(scheduler=None) -> dict:
     phases = speculative_report()
     record = {"target": current_target().name, "pid": os.getpid(), **_place(scheduler), "ops": dispatch_report(),
-              "speculative": phases}  # fmt: skip
+              "speculative": phases, "gdn_extend_batches": extend_batches_report()}  # fmt: skip
     algorithm, _, _, num_draft_tokens = speculative_shape()
     if algorithm:  # accept length (speculative/accept.py): SGLang's per-request counters, pooled
         record["accept"] = accept_report(phases.get("target_verify", {}).get("forwards", 0), num_draft_tokens)

@@ -16,7 +16,8 @@ three as one batch, and second turns whose prefix state comes from the cache:
 a prefill's snapshot at token 64 (inside an 80-token extend) and 144, and a
 decode's at 64 (the 58-token prompt decoding past it). The slow form serves
 concurrent arrivals of mixed lengths on a small pool with the other strategy
-(``no_buffer``)."""
+(``no_buffer``). With --enable-mixed-chunk, prefill chunks share batches
+with decode rows (quick for Qwen3.5, slow for Qwen3-Next)."""
 
 from __future__ import annotations
 
@@ -118,6 +119,38 @@ def test_alone_batched_chunked_and_second_turns_equal_hf(hybrid, engines):
     assert all(set(entry["calls"]) == {"triton"} for entry in ops.values()), (arch, ops)
 
 
+MIXED = {"tp_size": 1, "chunked_prefill_size": 32, "enable_mixed_chunk": True, "mamba_track_interval": TRACK}
+
+
+@pytest.mark.parametrize("arch", [pytest.param("qwen3_5"), pytest.param("qwen3_next", marks=pytest.mark.slow)])
+def test_prefill_chunks_mixed_into_decode_batches_equal_hf(arch, tiny_model, engines):
+    """--enable-mixed-chunk: the 58-token prompt decodes 40 tokens while the 150- and 100-token
+    prompts arrive (4 s apart), so their prefill chunks share extend batches with its decode rows
+    (SGLang runs a mixed batch as EXTEND, a decode row as a 1-token extend past its prefix): every
+    request still gets HF's tokens, and the dispatch report counts such batches."""
+    import asyncio
+
+    from kunlun_triton.sglang_plugin.report import engine_dispatch_report
+
+    path = tiny_model(arch)
+    hf = _oracle(path)
+    prompts = _prompts(hf)
+    runs = ((0.0, prompts[1], 40), (4.0, prompts[0], NEW), (8.0, prompts[2], NEW))
+    engine = engines.get(path, **MIXED)
+
+    async def run():
+        async def one(delay, prompt, new):
+            await asyncio.sleep(delay)
+            return await engine.async_generate(input_ids=prompt, sampling_params=_greedy(new))
+
+        return await asyncio.gather(*(one(*r) for r in runs))
+
+    outs = asyncio.run(run())
+    assert [output_ids(out) for out in outs] == [hf.greedy(p, new) for _, p, new in runs], arch
+    batches = engine_dispatch_report(engine)[0]["gdn_extend_batches"]
+    assert batches["with_decode_rows"] > 0, (arch, batches)  # a mixed batch formed
+
+
 def _check_row(arch, path, ops):
     """docs/models.md's row: every op this engine ran (it is this module's own: `OPTIONS`)."""
     from types import SimpleNamespace
@@ -126,8 +159,7 @@ def _check_row(arch, path, ops):
 
     refused = refusals(path, moe=arch == "qwen3_next")
     base = {"model_path": path, "speculative_algorithm": None, "kv_cache_dtype": "auto"}
-    tries = (("speculative decoding with gated delta net", {"speculative_algorithm": "EAGLE"}),
-             ("mixed chunks with gated delta net", {"enable_mixed_chunk": True}))  # fmt: skip
+    tries = (("speculative decoding with gated delta net", {"speculative_algorithm": "EAGLE"}),)
     for key, change in tries:
         with pytest.raises(UnsupportedFeature):
             check_support(SimpleNamespace(**{**base, **change}), ours=True)
@@ -143,8 +175,7 @@ def _check_row(arch, path, ops):
 def test_concurrent_arrivals_on_a_small_pool_keep_the_states(hybrid, engines):
     """Concurrent requests of mixed lengths arriving while earlier ones decode, on
     a KV pool small enough that SGLang may retract and re-run requests, with the
-    no_buffer prefix cache and chunks of 16: each still gets HF's tokens.
-    (--enable-mixed-chunk is refused for these models: rules.py.)"""
+    no_buffer prefix cache and chunks of 16: each still gets HF's tokens."""
     import asyncio
 
     arch, path, hf, prompts = hybrid
@@ -170,7 +201,6 @@ GDN_CONFIG = {"architectures": ["Qwen3NextForCausalLM"], "linear_num_value_heads
 
 @pytest.mark.parametrize("args,match", [
     ({"speculative_algorithm": "EAGLE"}, r"Qwen3NextForCausalLM .*--speculative-algorithm EAGLE.*drop --speculative"),
-    ({"enable_mixed_chunk": True}, r"--enable-mixed-chunk.*drop --enable-mixed-chunk"),
 ])  # fmt: skip
 def test_what_the_hybrid_path_cannot_serve_is_refused_at_start_naming_the_flag(tmp_path, args, match):
     import json

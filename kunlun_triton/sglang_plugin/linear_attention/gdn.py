@@ -57,6 +57,27 @@ def _ours(backend, forward_batch, mixed_qkv) -> bool:
     )
 
 
+_extend_batches = {"batches": 0, "with_decode_rows": 0}
+_last_batch = None
+
+
+def extend_batches_report() -> dict:
+    """Extend batches our GDN hook served, and those carrying decode rows (1-token rows past a
+    prefix beside a longer one: SGLang's --enable-mixed-chunk runs those as EXTEND)."""
+    return dict(_extend_batches)
+
+
+def _count(forward_batch) -> None:
+    global _last_batch
+    if forward_batch is _last_batch:  # once a forward, not once a layer
+        return
+    _last_batch = forward_batch
+    lengths, prefixes = forward_batch.extend_seq_lens_cpu or [], forward_batch.extend_prefix_lens_cpu or []
+    _extend_batches["batches"] += 1
+    if max(lengths, default=0) > 1 and any(n == 1 and p > 0 for n, p in zip(lengths, prefixes)):
+        _extend_batches["with_decode_rows"] += 1
+
+
 def _states(backend, layer):
     cache = backend.req_to_token_pool.mamba2_layer_cache(layer.layer_id)
     return cache.conv[0], cache.temporal
@@ -102,6 +123,7 @@ def gdn_forward_extend(original, self, layer=None, forward_batch=None, mixed_qkv
     from ..platform.mode import dev_mode
 
     check = dev_mode()
+    _count(forward_batch)
     conv_states, ssm_states = _states(self, layer)
     metadata = self.forward_metadata
     slots, starts = metadata.mamba_cache_indices, metadata.query_start_loc

@@ -8,8 +8,7 @@ radix tree copies a request's states where it ends). Both are served, so the
 platform answers ``support_mamba_cache_extra_buffer()`` with True.
 
 `UNSUPPORTED` refuses at start what SGLang's hybrid path cannot serve here,
-naming the flag: speculative decoding, and prefill chunks mixed into decode
-batches (``--enable-mixed-chunk``: untested, docs/linear-attention.md).
+naming the flag: speculative decoding.
 """
 
 from __future__ import annotations
@@ -28,13 +27,5 @@ def speculative(args, config):
     return f"speculative decoding on gated-delta-net layers (--speculative-algorithm {algo})"
 
 
-def mixed_chunk(args, config):
-    if not is_gated_delta_net(config) or not getattr(args, "enable_mixed_chunk", False):
-        return None
-    return "prefill chunks mixed into decode batches (--enable-mixed-chunk)"
-
-
-MIXED_CHUNK_ADVICE = ("drop --enable-mixed-chunk: a tiny Qwen3-Next gave other tokens than HF transformers for a "
-                      "prompt whose prefill was mixed into decode steps (docs/linear-attention.md)")  # fmt: skip
 SPECULATIVE_ADVICE = ("drop --speculative-algorithm: target verify on linear-attention layers needs per-draft state "
                       "snapshots that only SGLang's CUDA kernels write")  # fmt: skip

@@ -91,7 +91,6 @@ UNSUPPORTED = (
                 "use SGLang 0.5.22 or newer (its tree op is routed to SGLang's Triton kernel), or "
                 "--speculative-algorithm STANDALONE or EAGLE"),
     Unsupported("speculative decoding with gated delta net", hybrid.speculative, hybrid.SPECULATIVE_ADVICE),
-    Unsupported("mixed chunks with gated delta net", hybrid.mixed_chunk, hybrid.MIXED_CHUNK_ADVICE),
     Unsupported("quantized KV cache other than fp8", _quantized_kv,
                 "use --kv-cache-dtype auto (the KV cache in the model's dtype), fp8_e4m3 or fp8_e5m2"),
     Unsupported("sparse MLA (DSA)", _sparse_mla,
