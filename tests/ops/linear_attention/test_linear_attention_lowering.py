@@ -56,3 +56,17 @@ def test_prefill_dot_formulation_lowers(target, aot):
     if aot == "cuda":
         for name, cost in costs.items():
             assert cost["spill_bytes"] == 0, (name, cost)
+
+
+@pytest.mark.parametrize("op, shape", [("gated_delta_rule_decode", {"batch": 8}), ("causal_conv1d_update", {"batch": 8}),
+                                       ("gated_delta_rule_prefill", {"lengths": (100, 7)})])  # fmt: skip
+def test_snapshot_variants_lower_without_spills_on_sm90(op, shape):
+    """HAS_TRACK (SGLang's extra_buffer snapshots written by the kernels: test_state_snapshots)
+    adds a store, not a spill: the plain variants' pins hold for it."""
+    from dataclasses import replace
+
+    specs = [replace(s, constexprs={**s.constexprs, "HAS_TRACK": True})
+             for s in planned_kernels(op, shape, torch.bfloat16, SM90) if "HAS_TRACK" in s.constexprs]  # fmt: skip
+    assert specs, op
+    for name, cost in _costs(specs, ("cuda",)).items():
+        assert cost["spill_bytes"] == 0, (op, name, cost)
