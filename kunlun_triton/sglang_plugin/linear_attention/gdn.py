@@ -30,6 +30,9 @@ statement), and the prefill writes the state at ``track_chunk_idx`` (its
 ``supports_track_state_snapshot`` contract) into an fp32 buffer that SGLang's
 ``_track_mamba_state_extend`` places.
 
+The dispatch report's ``gdn_extend_batches`` counts the extend batches served
+and those carrying decode rows (``--enable-mixed-chunk``).
+
 Target verify (speculative decoding), multi-item scoring, the fused decode
 projection (a tuple ``mixed_qkv``) and ReplaySSM stay SGLang's: the platform
 refuses them at start (``rules.py``), and a batch that reaches one anyway
@@ -155,8 +158,8 @@ def _decode_track_slots(metadata, forward_batch, requests: int):
     mask = getattr(forward_batch, "mamba_track_mask", None)
     if mask is None:
         return None
-    cached = getattr(metadata, "kunlun_track_slots", None)
-    if cached is None:
-        cached = torch.where(mask[:requests], metadata.mamba_track_indices[:requests], -1)
-        metadata.kunlun_track_slots = cached
-    return cached
+    batch, track = getattr(metadata, "kunlun_track_slots", (None, None))
+    if batch is not forward_batch:
+        track = torch.where(mask[:requests], metadata.mamba_track_indices[:requests], -1)
+        metadata.kunlun_track_slots = (forward_batch, track)
+    return track
