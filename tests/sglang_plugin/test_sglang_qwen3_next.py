@@ -24,7 +24,7 @@ CHUNK, NEW = 16, 4
 OPTIONS = {"tp_size": 1, "chunked_prefill_size": CHUNK}
 MODELS = ("qwen3_next", "qwen3_5")
 GDN_OPS = ("causal_conv1d", "causal_conv1d_update", "gated_delta_rule_prefill", "gated_delta_rule_decode",
-           "gated_rms_norm", "extend_attention", "decode_attention")  # fmt: skip
+           "gated_rms_norm", "gdn_split_qkvzba", "extend_attention", "decode_attention")  # fmt: skip
 
 
 def _greedy(n=NEW):
@@ -90,6 +90,10 @@ def test_alone_batched_chunked_and_second_turns_equal_hf(hybrid, engines):
     for name in GDN_OPS + (("moe_topk", "fused_experts") if arch == "qwen3_next" else ()):
         assert set(ops[name]["calls"]) == {"triton"}, (arch, name, ops.get(name))
     assert all(set(entry["calls"]) == {"triton"} for entry in ops.values()), (arch, ops)
+    # the models' split of their input projections (SGLang's fused_qkvzba Triton kernels before,
+    # projection.py) runs once a GDN layer's forward, extend and decode alike
+    gdn_forwards = sum(ops[name]["calls"]["triton"] for name in ("gated_delta_rule_prefill", "gated_delta_rule_decode"))
+    assert ops["gdn_split_qkvzba"]["calls"]["triton"] == gdn_forwards, (arch, ops["gdn_split_qkvzba"], gdn_forwards)
 
 
 def _check_row(arch, path, ops):

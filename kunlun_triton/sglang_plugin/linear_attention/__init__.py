@@ -1,5 +1,6 @@
 """Hybrid linear attention (Qwen3-Next, Qwen3.5): SGLang's gated-delta-net
-layers and their gated RMSNorm on our kernels (gdn.py, norm.py), Qwen3-Next's
+layers, their gated RMSNorm and the split of their input projections on our
+kernels (gdn.py, norm.py, projection.py), Qwen3-Next's
 CUDA-only call at construction on the platform's device (model.py), and the
 server options the platform picks or refuses (rules.py).
 
@@ -24,8 +25,11 @@ def _around(target: str, hook) -> None:
 def hook_hybrid_models() -> None:
     global _armed
     from .model import GDN_LAYER_INIT_HOOK, build_on_platform_device
+    from .projection import HOOKS as PROJECTION_HOOKS
 
     _around(GDN_LAYER_INIT_HOOK, build_on_platform_device)  # before the model is built
+    for target, hook in PROJECTION_HOOKS.items():  # the models' split of their input projections
+        _around(target, hook)
     _armed = True
 
 
