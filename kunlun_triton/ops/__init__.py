@@ -30,6 +30,7 @@ from .linear_attention import (
     causal_conv1d_update,
     gated_delta_rule_decode,
     gated_delta_rule_prefill,
+    gdn_split_qkvzba,
 )
 from .logits import logit_softcap
 from .moe import fused_experts, moe_topk
@@ -61,6 +62,7 @@ __all__ = [
     "gated_delta_rule_prefill",
     "gated_rms_norm",
     "gelu_and_mul",
+    "gdn_split_qkvzba",
     "greedy",
     "int8_scaled_mm",
     "logit_softcap",

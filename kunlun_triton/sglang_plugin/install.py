@@ -195,7 +195,8 @@ TOUCHPOINTS = (
     Touchpoint("paged allocator", "subclass", "allocator.base.BaseTokenToKVPoolAllocator (get_paged_allocator_cls)",
                "kunlun_triton.memory.PagedKVAllocator (page_size > 1)", "sglang"),
     Touchpoint("hybrid linear attention", "hook", "gdn_backend.GDNAttnBackend.forward_decode/_extend, fla gated "
-               "norms, Qwen3GatedDeltaNet.__init__ (AROUND)", "linear_attention/", "platform", hook_hybrid_models),
+               "norms, Qwen3GatedDeltaNet.__init__, triton_gdn_fused_proj.fused_qkvzba_split_reshape_cat(_contiguous) "
+               "(AROUND)", "linear_attention/", "platform", hook_hybrid_models),
     Touchpoint("collectives", "hook", "parallel_state.GroupCoordinator.{all_reduce, all_gather, ...} (AROUND)",
                "kunlun_triton.comm.TPCommunicator (tp_size > 1)", "platform", hook_collectives),
     Touchpoint("DP attention", "hook", "dp_attention.memcpy, ForwardBatch.prepare_mlp_sync_batch (AROUND)",

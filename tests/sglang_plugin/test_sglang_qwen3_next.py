@@ -31,7 +31,7 @@ NO_BUFFER = {"tp_size": 1, "chunked_prefill_size": 16, "mamba_radix_cache_strate
              "disable_overlap_schedule": True}  # fmt: skip
 MODELS = ("qwen3_next", "qwen3_5")
 GDN_OPS = ("causal_conv1d", "causal_conv1d_update", "gated_delta_rule_prefill", "gated_delta_rule_decode",
-           "gated_rms_norm", "extend_attention", "decode_attention")  # fmt: skip
+           "gated_rms_norm", "gdn_split_qkvzba", "extend_attention", "decode_attention")  # fmt: skip
 
 
 def _greedy(n=NEW):
@@ -117,6 +117,10 @@ def test_alone_batched_chunked_and_second_turns_equal_hf(hybrid, engines):
     for name in GDN_OPS + (("moe_topk", "fused_experts") if arch == "qwen3_next" else ()):
         assert set(ops[name]["calls"]) == {"triton"}, (arch, name, ops.get(name))
     assert all(set(entry["calls"]) == {"triton"} for entry in ops.values()), (arch, ops)
+    # the models' split of their input projections (SGLang's fused_qkvzba Triton kernels before,
+    # projection.py) runs once a GDN layer's forward, extend and decode alike
+    gdn_forwards = sum(ops[name]["calls"]["triton"] for name in ("gated_delta_rule_prefill", "gated_delta_rule_decode"))
+    assert ops["gdn_split_qkvzba"]["calls"]["triton"] == gdn_forwards, (arch, ops["gdn_split_qkvzba"], gdn_forwards)
 
 
 MIXED = {"tp_size": 1, "chunked_prefill_size": 32, "enable_mixed_chunk": True, "mamba_track_interval": TRACK}
@@ -213,3 +217,20 @@ def test_what_the_hybrid_path_cannot_serve_is_refused_at_start_naming_the_flag(t
     server_args = SimpleNamespace(model_path=str(tmp_path), **{**defaults, **args})
     with pytest.raises(UnsupportedFeature, match=match):
         check_support(server_args, ours=True)
+
+
+def test_the_platform_keeps_qwen3_5_decode_on_our_split_and_conv(monkeypatch):
+    """SGLang fuses Qwen3.5's decode projection split and conv into one kernel of its own where its
+    ``_is_cuda`` holds (a card whose torch reports CUDA; never in development mode): the platform
+    turns that off for GDN models unless the user chose, and leaves other models alone."""
+    import os
+
+    from kunlun_triton.sglang_plugin.linear_attention.rules import FUSED_DECODE_PROJ_CONV_ENV, apply_hybrid_defaults
+
+    for config, before, after in ((GDN_CONFIG, None, "0"), (GDN_CONFIG, "1", "1"),
+                                  ({"architectures": ["LlamaForCausalLM"]}, None, None)):  # fmt: skip
+        monkeypatch.delenv(FUSED_DECODE_PROJ_CONV_ENV, raising=False)
+        if before is not None:
+            monkeypatch.setenv(FUSED_DECODE_PROJ_CONV_ENV, before)
+        apply_hybrid_defaults(config)
+        assert os.environ.get(FUSED_DECODE_PROJ_CONV_ENV) == after, (config, before)

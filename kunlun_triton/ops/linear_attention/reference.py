@@ -18,6 +18,8 @@ the oracle of the decode and the chunked prefill alike.
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 
@@ -156,3 +158,26 @@ def gated_delta_rule_prefill(q, k, v, a, b, A_log, dt_bias, state_pool, cache_in
         if slot >= 0:
             state_pool[slot] = state.transpose(-1, -2).to(state_pool.dtype)
     return out.to(v.dtype)
+
+
+def gdn_split_qkvzba(mixed_qkvz, mixed_ba, num_k_heads, num_v_heads, head_k_dim, head_v_dim, layout="interleaved"):
+    """(mixed_qkv [T, q | k | v], z [T, HV, V], b, a [T, HV]), new contiguous
+    tensors. interleaved: HF transformers' ``Qwen3NextGatedDeltaNet.
+    fix_query_key_value_ordering`` (per key head [q | k | v | z] and [b | a],
+    value heads of a key head back to back), then its forward's flatten and
+    cat of q, k, v. contiguous: Qwen3.5's separate projections (HF's
+    ``in_proj_qkv`` [q | k | v], ``in_proj_z``, ``in_proj_b``, ``in_proj_a``)
+    side by side, [qkv | z] and [b | a]."""
+    tokens, group = mixed_qkvz.shape[0], num_v_heads // num_k_heads
+    if layout == "interleaved":
+        per_head = mixed_qkvz.reshape(tokens, num_k_heads, 2 * head_k_dim + 2 * group * head_v_dim)
+        q, k, v, z = torch.split(per_head, [head_k_dim, head_k_dim, group * head_v_dim, group * head_v_dim], dim=2)
+        b, a = torch.split(mixed_ba.reshape(tokens, num_k_heads, 2 * group), [group, group], dim=2)
+    else:
+        key_width, value_width = num_k_heads * head_k_dim, num_v_heads * head_v_dim
+        q, k, v, z = torch.split(mixed_qkvz, [key_width, key_width, value_width, value_width], dim=1)
+        b, a = torch.split(mixed_ba, [num_v_heads, num_v_heads], dim=1)
+    flat = lambda t: t.reshape(tokens, math.prod(t.shape[1:]))  # noqa: E731 (not -1: ambiguous at 0 tokens)
+    mixed_qkv = torch.cat([flat(q), flat(k), flat(v)], dim=-1)
+    return (mixed_qkv, z.reshape(tokens, num_v_heads, head_v_dim).contiguous(),
+            b.reshape(tokens, num_v_heads).contiguous(), a.reshape(tokens, num_v_heads).contiguous())  # fmt: skip

@@ -1,8 +1,9 @@
 """Hybrid linear attention (Qwen3-Next, Qwen3.5): SGLang's gated-delta-net
-layers and their gated RMSNorm on our kernels (gdn.py, norm.py), Qwen3-Next's
-CUDA-only call at construction on the platform's device (model.py), the
-extra_buffer cache's decode track mask off a card (track_mask.py), and the
-server options the platform refuses (rules.py).
+layers, their gated RMSNorm and the split of their input projections on our
+kernels (gdn.py, norm.py, projection.py), Qwen3-Next's CUDA-only call at
+construction on the platform's device (model.py), the extra_buffer cache's
+decode track mask off a card (track_mask.py), and the server options the
+platform refuses (rules.py).
 
 The install table's row calls `hook_hybrid_models` (platform scope, while
 SGLang's ``model_runner`` is still importing). SGLang's ``gdn_backend``
@@ -25,10 +26,13 @@ def _around(target: str, hook) -> None:
 def hook_hybrid_models() -> None:
     global _armed
     from .model import GDN_LAYER_INIT_HOOK, build_on_platform_device
+    from .projection import HOOKS as PROJECTION_HOOKS
     from .track_mask import PREPARE_DECODE_HOOK, prepare_for_decode_unpinned
 
     _around(GDN_LAYER_INIT_HOOK, build_on_platform_device)  # before the model is built
     _around(PREPARE_DECODE_HOOK, prepare_for_decode_unpinned)
+    for target, hook in PROJECTION_HOOKS.items():  # the models' split of their input projections
+        _around(target, hook)
     _armed = True
 
 

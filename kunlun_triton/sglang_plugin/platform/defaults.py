@@ -21,6 +21,7 @@ from ..speculative.algorithms import apply_speculative_defaults
 from .names import ATTENTION_BACKEND, LOGGER, SAMPLING_BACKEND
 from .dev_mode_defaults import apply_dev_mode_defaults
 from .model_rules import pin_moe_runner
+from ..linear_attention.rules import apply_hybrid_defaults
 from .support import check_support, check_tensor_parallel_heads, model_config
 
 logger = logging.getLogger(LOGGER)
@@ -79,6 +80,7 @@ def apply_defaults(platform, server_args) -> None:
         server_args.disable_hybrid_swa_memory = True
         pin_moe_runner(server_args)
     check_tensor_parallel_heads(server_args)
+    apply_hybrid_defaults(model_config(getattr(server_args, "model_path", None)))
     check_support(server_args, ours=server_args.attention_backend == ATTENTION_BACKEND)
     apply_speculative_defaults(server_args)
 

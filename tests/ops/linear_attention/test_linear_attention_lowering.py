@@ -1,13 +1,14 @@
 """The linear-attention kernels (and gated_rms_norm) lower ahead of time for
 CUDA sm_90 and HIP gfx942 at Qwen3-Next-80B-A3B's dims (16 key heads, 32
 value heads, head dims 128, bf16 inputs, fp32 state), as the launchers plan
-them, and spill nothing: decode, the convolutions, the norm, and the
-prefill's sum formulation as Kunlun's config plans it (sm_90 standing in for
-Kunlun's local memory). The prefill's dot formulation (both of its kernels)
-lowers on both targets and spills nothing on sm_90 under whichever Triton runs
-this (the kernels' 3.9 and SGLang's 3.8; the state pass's bf16 workspace: with
-fp32 tiles it spilled 128 bytes under 3.9). On gfx942 its chunk kernel spills
-(552 bytes; 328 with an fp32 workspace), which is not pinned."""
+them, and spill nothing: decode, the convolutions, the norm, the split of the
+input projections (both layouts), and the prefill's sum formulation as
+Kunlun's config plans it (sm_90 standing in for Kunlun's local memory). The
+prefill's dot formulation (both of its kernels) lowers on both targets and
+spills nothing on sm_90 under whichever Triton runs this (the kernels' 3.9 and
+SGLang's 3.8; the state pass's bf16 workspace: with fp32 tiles it spilled 128
+bytes under 3.9). On gfx942 its chunk kernel spills (552 bytes; 328 with an
+fp32 workspace), which is not pinned."""
 
 import pytest
 import torch
@@ -22,7 +23,8 @@ pytestmark = pytest.mark.lowering
 SM90, GFX942 = Target("cuda", "sm_90", "cuda", "test"), Target("hip", "gfx942", "cuda", "test")
 KUNLUN = Target("kunlun", "p800", "cuda", "test")
 SHAPES = {"gated_delta_rule_decode": {"batch": 8}, "causal_conv1d": {"lengths": (100, 7)},
-          "causal_conv1d_update": {"batch": 8}, "gated_rms_norm": {"rows": 64, "hidden_size": 128}}  # fmt: skip
+          "causal_conv1d_update": {"batch": 8}, "gated_rms_norm": {"rows": 64, "hidden_size": 128},
+          "gdn_split_qkvzba": {"tokens": 100}}  # fmt: skip
 
 
 def _costs(specs, targets):
@@ -70,3 +72,13 @@ def test_snapshot_variants_lower_without_spills_on_sm90(op, shape):
     assert specs, op
     for name, cost in _costs(specs, ("cuda",)).items():
         assert cost["spill_bytes"] == 0, (op, name, cost)
+
+
+@pytest.mark.parametrize("layout", ["interleaved", "contiguous"])
+def test_split_lowers_in_both_layouts_and_for_an_odd_group(layout):
+    """Qwen3.5's layout, and 3 value heads a key head (G V = 384 columns: three 128-wide tiles)."""
+    for shape in ({"tokens": 1, "layout": layout}, {"tokens": 7, "layout": layout, "value_heads": 48}):
+        for target, aot in ((SM90, "cuda"), (GFX942, "hip")):
+            for (name, _), cost in _costs(planned_kernels("gdn_split_qkvzba", shape, torch.bfloat16, target),
+                                          (aot,)).items():  # fmt: skip
+                assert cost["spill_bytes"] == 0, (shape, name, aot, cost)
