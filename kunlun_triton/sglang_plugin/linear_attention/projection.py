@@ -14,8 +14,9 @@ called from the models, outside the GDN backend our ``gdn.py`` hooks:
   ``_is_cuda``), except in an extend batch when ``_is_cuda``, where it takes
   strided views (``qwen3_5_gdn_prefill_projection_views``: no kernel), and
   in decode when ``_is_cuda`` and ``SGLANG_ENABLE_GDN_DECODE_FUSED_PROJ_CONV``
-  (the fused projection + conv, a tuple ``mixed_qkv``: gdn.py leaves that
-  batch to SGLang). In development mode ``_is_cuda`` is False (no CUDA
+  (the fused projection + conv, a tuple ``mixed_qkv`` gdn.py would leave to
+  SGLang: the platform sets that variable to 0 for GDN models, rules.py). In
+  development mode ``_is_cuda`` is False (no CUDA
   device), so both models run the split in decode and extend alike;
   SGLang's GDN backend binds the contiguous one too (for its fused-decode
   fallback).
