@@ -150,6 +150,6 @@ def causal_conv1d_update(x: torch.Tensor, conv_states: torch.Tensor, weight: tor
     if batch == 0:
         return out
     plan.launch((-(-dim // plan.block_d), batch), x, weight, weight if bias is None else bias, conv_states,
-                cache_indices, cache_indices if track_slots is None else track_slots, out, batch, x.stride(0), out.stride(0), weight.stride(0), weight.stride(1),
-                *_state_strides(conv_states))  # fmt: skip
+                cache_indices, cache_indices if track_slots is None else track_slots, out, batch, x.stride(0),
+                out.stride(0), weight.stride(0), weight.stride(1), *_state_strides(conv_states))  # fmt: skip
     return out

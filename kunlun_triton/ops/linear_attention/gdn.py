@@ -165,8 +165,8 @@ def gated_delta_rule_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a
     if tokens == 0:
         return out
     plan.launch((-(-value_dim // plan.block_v), value_heads, tokens), q, k, v, a, b, A_log, dt_bias, state_pool,
-                cache_indices, cache_indices if track_slots is None else track_slots, out, tokens, *_strides(q, k, v, a, b, state_pool), out.stride(0), out.stride(1),
-                scale)  # fmt: skip
+                cache_indices, cache_indices if track_slots is None else track_slots, out, tokens,
+                *_strides(q, k, v, a, b, state_pool), out.stride(0), out.stride(1), scale)  # fmt: skip
     return out
 
 
