@@ -5,10 +5,10 @@ them, and spill nothing: decode, the convolutions, the norm, the split of the
 input projections (both layouts), and the prefill's sum formulation as
 Kunlun's config plans it (sm_90 standing in for Kunlun's local memory). The
 prefill's dot formulation (both of its kernels) lowers on both targets and
-spills nothing on sm_90 under whichever Triton runs this (the kernels' 3.9 and
-SGLang's 3.8; the state pass's bf16 workspace: with fp32 tiles it spilled 128
-bytes under 3.9). On gfx942 its chunk kernel spills (552 bytes; 328 with an
-fp32 workspace), which is not pinned."""
+spills nothing under whichever Triton runs this (the kernels' 3.9 and SGLang's
+3.8): on sm_90 in chunks of 64 (the state pass's bf16 workspace: with fp32
+tiles it spilled 128 bytes under 3.9), on gfx942 in chunks of 16 (at 64 its
+chunk kernel spills 552 bytes: hip-gfx942.yaml)."""
 
 import pytest
 import torch
@@ -50,14 +50,13 @@ def test_prefill_sum_formulation_as_kunlun_plans_it_does_not_spill():
         assert cost["spill_bytes"] == 0, (name, cost)
 
 
-@pytest.mark.parametrize("target, aot", [(SM90, "cuda"), (GFX942, "hip")], ids=["sm_90", "gfx942"])
-def test_prefill_dot_formulation_lowers(target, aot):
+@pytest.mark.parametrize("target, aot, chunk", [(SM90, "cuda", 64), (GFX942, "hip", 16)], ids=["sm_90", "gfx942"])
+def test_prefill_dot_formulation_lowers_without_spills(target, aot, chunk):
+    """Chunks of 64 on sm_90; of 16 on gfx942, where 64 spills 552 bytes (hip-gfx942.yaml)."""
     specs = planned_kernels("gated_delta_rule_prefill", {"lengths": (100, 7)}, torch.bfloat16, target)
-    assert len(specs) == 2 and all(s.constexprs["USE_DOT"] is True and s.constexprs["CHUNK"] == 64 for s in specs)
-    costs = _costs(specs, (aot,))
-    if aot == "cuda":
-        for name, cost in costs.items():
-            assert cost["spill_bytes"] == 0, (name, cost)
+    assert len(specs) == 2 and all(s.constexprs["USE_DOT"] is True and s.constexprs["CHUNK"] == chunk for s in specs)
+    for name, cost in _costs(specs, (aot,)).items():
+        assert cost["spill_bytes"] == 0, (name, aot, cost)
 
 
 @pytest.mark.parametrize("op, shape", [("gated_delta_rule_decode", {"batch": 8}), ("causal_conv1d_update", {"batch": 8}),
