@@ -2,8 +2,8 @@
 CUDA sm_90 and HIP gfx942 at Qwen3-Next-80B-A3B's dims (16 key heads, 32
 value heads, head dims 128, bf16 inputs, fp32 state), as the launchers plan
 them, and spill nothing: decode, the convolutions, the norm, the split of the
-input projections (both layouts), and the prefill's sum formulation as
-Kunlun's config plans it (sm_90 standing in for Kunlun's local memory). The
+input projections (both layouts), and the prefill's sum formulation, each also
+as Kunlun's configs plan it (sm_90 standing in for Kunlun's local memory). The
 prefill's dot formulation (both of its kernels) lowers on both targets and
 spills nothing under whichever Triton runs this (the kernels' 3.9 and SGLang's
 3.8): on sm_90 in chunks of 64 (the state pass's bf16 workspace: with fp32
@@ -36,7 +36,7 @@ def _costs(specs, targets):
 
 @pytest.mark.parametrize("op", sorted(SHAPES))
 def test_kernels_lower_without_spills(op):
-    for target, aot in ((SM90, "cuda"), (GFX942, "hip")):
+    for target, aot in ((SM90, "cuda"), (GFX942, "hip"), (KUNLUN, "cuda")):  # Kunlun's configs, sm_90 standing in
         specs = planned_kernels(op, SHAPES[op], torch.bfloat16, target)
         for (name, _), cost in _costs(specs, (aot,)).items():
             assert cost["spill_bytes"] == 0, (op, name, aot, cost)
