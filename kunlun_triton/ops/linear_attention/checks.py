@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from ..validation import check_indptr, require_index_tensor, require_tensor
+from ..validation import check_indptr, require_index_tensor, require_number, require_tensor
 
 PAD_SLOT = -1
 
@@ -33,8 +33,6 @@ def check_track_slots(op: str, track_slots, cache_indices: torch.Tensor, num_slo
     require_index_tensor(op, "track_slots", track_slots)
     if track_slots.shape != cache_indices.shape:
         raise ValueError(f"{op}: track_slots has {track_slots.shape[0]} entries for {cache_indices.shape[0]} requests")
-    if track_slots.device != cache_indices.device:
-        raise ValueError(f"{op}: track_slots is on {track_slots.device}, cache_indices on {cache_indices.device}")
     check_slots(op, "track_slots", track_slots, num_slots)
     live = track_slots.detach().cpu().long()
     if bool(torch.isin(live[live >= 0], cache_indices.detach().cpu().long()).any()):
@@ -43,12 +41,11 @@ def check_track_slots(op: str, track_slots, cache_indices: torch.Tensor, num_slo
 
 def check_track_state(op: str, track_state, track_chunk_idx, track_chunk_size: int, query_start_loc,
                       state_pool: torch.Tensor) -> None:  # fmt: skip
-    """The prefill's optional snapshot: [requests, *state dims] contiguous, float, one chunk index
-    a request (-1: none) whose point lies inside the request (host read: checked mode only)."""
-    if track_state is None and track_chunk_idx is None:
+    """The prefill's optional snapshot (given with track_chunk_idx: the launcher checks the pair):
+    [requests, *state dims] contiguous, float, one chunk index a request (-1: none) whose point lies
+    inside the request (host read: checked mode only)."""
+    if track_state is None:
         return
-    if track_state is None or track_chunk_idx is None:
-        raise ValueError(f"{op}: track_state and track_chunk_idx go together")
     batch = query_start_loc.shape[0] - 1
     require_tensor(op, "track_state", track_state, dtypes=(torch.float32, torch.bfloat16, torch.float16))
     if tuple(track_state.shape) != (batch, *state_pool.shape[1:]) or not track_state.is_contiguous():
@@ -57,11 +54,7 @@ def check_track_state(op: str, track_state, track_chunk_idx, track_chunk_size: i
     require_index_tensor(op, "track_chunk_idx", track_chunk_idx)
     if track_chunk_idx.shape[0] != batch:
         raise ValueError(f"{op}: track_chunk_idx has {track_chunk_idx.shape[0]} entries for {batch} requests")
-    if isinstance(track_chunk_size, bool) or not isinstance(track_chunk_size, int) or track_chunk_size <= 0:
-        raise ValueError(f"{op}: track_chunk_size must be a positive int, got {track_chunk_size!r}")
-    for name, t in (("track_state", track_state), ("track_chunk_idx", track_chunk_idx)):
-        if t.device != state_pool.device:
-            raise ValueError(f"{op}: {name} is on {t.device}, state_pool on {state_pool.device}")
+    require_number(op, "track_chunk_size", track_chunk_size, minimum=1, integer=True)
     points = track_chunk_idx.detach().cpu().long() * track_chunk_size
     lengths = (query_start_loc[1:] - query_start_loc[:-1]).detach().cpu().long()
     bad = (track_chunk_idx.detach().cpu() < -1) | ((points >= lengths) & (points >= 0))

@@ -137,7 +137,8 @@ def causal_conv1d_update(x: torch.Tensor, conv_states: torch.Tensor, weight: tor
     if checked_mode(check):
         _check_conv(op, x, weight, bias, conv_states, activation)
         require_requests(op, cache_indices, None, x.shape[0])
-        require_same_device(op, x=x, weight=weight, bias=bias, conv_states=conv_states, cache_indices=cache_indices)
+        require_same_device(op, x=x, weight=weight, bias=bias, conv_states=conv_states, cache_indices=cache_indices,
+                            track_slots=track_slots)  # fmt: skip
         check_slots(op, "cache_indices", cache_indices, conv_states.shape[0])
         check_track_slots(op, track_slots, cache_indices, conv_states.shape[0])
     if not use_triton(op, x, weight, conv_states):

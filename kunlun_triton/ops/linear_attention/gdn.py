@@ -150,7 +150,7 @@ def gated_delta_rule_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a
         _check(op, q, k, v, a, b, A_log, dt_bias, state_pool, scale)
         require_requests(op, cache_indices, None, q.shape[0])
         require_same_device(op, q=q, k=k, v=v, a=a, b=b, A_log=A_log, dt_bias=dt_bias, state_pool=state_pool,
-                            cache_indices=cache_indices)  # fmt: skip
+                            cache_indices=cache_indices, track_slots=track_slots)  # fmt: skip
         check_slots(op, "cache_indices", cache_indices, state_pool.shape[0])
         check_track_slots(op, track_slots, cache_indices, state_pool.shape[0])
     scale = k.shape[-1] ** -0.5 if scale is None else float(scale)
@@ -195,17 +195,18 @@ def gated_delta_rule_prefill(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
     op = "gated_delta_rule_prefill"
     checked = checked_mode(check)
     batch = query_start_loc.shape[0] - 1 if isinstance(query_start_loc, torch.Tensor) else -1
+    if (track_state is None) != (track_chunk_idx is None):
+        raise ValueError(f"{op}: track_state and track_chunk_idx go together")
     if checked:
         _check(op, q, k, v, a, b, A_log, dt_bias, state_pool, scale)
         require_requests(op, cache_indices, has_initial_state, batch)
         require_same_device(op, q=q, k=k, v=v, a=a, b=b, A_log=A_log, dt_bias=dt_bias, state_pool=state_pool,
                             cache_indices=cache_indices, query_start_loc=query_start_loc,
-                            has_initial_state=has_initial_state)  # fmt: skip
+                            has_initial_state=has_initial_state, track_state=track_state,
+                            track_chunk_idx=track_chunk_idx)  # fmt: skip
         check_slots(op, "cache_indices", cache_indices, state_pool.shape[0])
         ragged_max_len(op, query_start_loc, batch, q.shape[0], None, True)
         check_track_state(op, track_state, track_chunk_idx, track_chunk_size, query_start_loc, state_pool)
-    elif (track_state is None) != (track_chunk_idx is None):
-        raise ValueError(f"{op}: track_state and track_chunk_idx go together")
     scale = k.shape[-1] ** -0.5 if scale is None else float(scale)
     if not use_triton(op, q, k, v, state_pool):
         return reference.gated_delta_rule_prefill(q, k, v, a, b, A_log, dt_bias, state_pool, cache_indices,

@@ -150,10 +150,11 @@ def gated_delta_rule_prefill(q, k, v, a, b, A_log, dt_bias, state_pool, cache_in
         s, e = bounds[n], bounds[n + 1]
         use = has_initial_state is None or bool(has_initial_state[n])
         state = _read_state(state_pool, slot, use, v.shape[1], k.shape[-1], v.shape[-1], v.device)
-        for lo, hi in ((s, s + points[n]), (s + points[n], e)) if points[n] >= 0 else ((s, e),):
+        cut = s + max(points[n], 0)  # the recurrence up to the snapshot, then on from it
+        for lo, hi in ((s, cut), (cut, e)):
             out[lo:hi] = gated_delta_recurrence(q[lo:hi], k[lo:hi], v[lo:hi], g[lo:hi], beta[lo:hi], state,
                                                 _scale(scale, k), qk_l2norm)  # fmt: skip
-            if points[n] >= 0 and hi == s + points[n]:
+            if hi == cut and points[n] >= 0:
                 track_state[n] = state.transpose(-1, -2).to(track_state.dtype)
         if slot >= 0:
             state_pool[slot] = state.transpose(-1, -2).to(state_pool.dtype)

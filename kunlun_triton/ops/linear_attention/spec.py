@@ -6,29 +6,22 @@ decode batch (``batch``); model dims default to Qwen3-Next-80B-A3B's gated
 delta net (16 key heads, 32 value heads, head dims 128, conv kernel 4: conv
 channels 2 x 16 x 128 + 32 x 128 = 8192). Bytes are the floor: inputs read
 once, outputs written once, each request's states read once and written once.
+The shapes and dims the specs share: spec_shapes; gdn_split_qkvzba's spec:
+split_qkvzba_spec (listed here).
 """
 
 from __future__ import annotations
 
 import torch
 
-from ...runtime.config_keys import COUNT, TILE
+from ...runtime.config_keys import TILE
 from ..spec import FORMULATION, OpCase, OpSpec, baselines
 from . import reference
 from .conv import causal_conv1d, causal_conv1d_update
 from .gdn import gated_delta_rule_decode, gated_delta_rule_prefill
-from .split_qkvzba import gdn_split_qkvzba
-
-QWEN3_NEXT = {"key_heads": 16, "value_heads": 32, "key_dim": 128, "value_dim": 128, "width": 4}
-CONV_DIM = 2 * 16 * 128 + 32 * 128
-
-
-def _gen(shape) -> torch.Generator:
-    return torch.Generator().manual_seed(hash(tuple(sorted((k, str(v)) for k, v in shape.items()))) % 2**31)
-
-
-def _elt(dtype) -> int:
-    return torch.empty((), dtype=dtype).element_size()
+from .spec_shapes import (CONV_DIM, GDN_LOOKUP, PREFILL_LENGTHS, QWEN3_NEXT, SERVED, TINY, element_size,
+                          model_dims, seeded_generator)  # fmt: skip
+from .split_qkvzba_spec import SPLIT_SPEC
 
 
 def _starts(lengths, device):
@@ -40,7 +33,7 @@ def _starts(lengths, device):
 def _conv_inputs(shape, dtype, device, tokens: int):
     dim, width = shape.get("dim", CONV_DIM), shape.get("width", 4)
     requests = len(shape["lengths"]) if "lengths" in shape else shape["batch"]
-    gen = _gen(shape)
+    gen = seeded_generator(shape)
     x = torch.randn(tokens, dim, generator=gen).to(dtype).to(device)
     weight = (torch.randn(dim, width, generator=gen) * 0.5).to(dtype).to(device)
     bias = torch.randn(dim, generator=gen).to(dtype).to(device)
@@ -65,7 +58,7 @@ def causal_conv1d_case(shape, dtype, device) -> OpCase:
         return reference.causal_conv1d(x, weight, bias, s, starts, slots, init), s
 
     dim, width = weight.shape
-    moved = (2 * x.numel() + 2 * len(lengths) * dim * (width - 1)) * _elt(dtype)
+    moved = (2 * x.numel() + 2 * len(lengths) * dim * (width - 1)) * element_size(dtype)
     return OpCase(run=run, reference=ref, dims={"dim": dim}, bytes_moved=moved,
                   call=lambda: causal_conv1d(x, weight, bias, states, starts, slots, init, max_len=max(lengths),
                                              check=False))  # fmt: skip
@@ -83,7 +76,7 @@ def causal_conv1d_update_case(shape, dtype, device) -> OpCase:
         return reference.causal_conv1d_update(x, s, weight, bias, slots), s
 
     dim, width = weight.shape
-    moved = (2 * x.numel() + 2 * shape["batch"] * dim * (width - 1)) * _elt(dtype)
+    moved = (2 * x.numel() + 2 * shape["batch"] * dim * (width - 1)) * element_size(dtype)
     return OpCase(run=run, reference=ref, dims={"dim": dim}, bytes_moved=moved,
                   call=lambda: causal_conv1d_update(x, states, weight, bias, slots, check=False))  # fmt: skip
 
@@ -109,9 +102,6 @@ def _conv_kernels(update: bool):
             meta(n, dtype=torch.bool), max_len=max(lengths), check=False, config=config))  # fmt: skip
 
     return kernels
-
-
-PREFILL_LENGTHS = ((1,), (7,), (64,), (65, 3), (512,), (1000, 17, 300), (4096,), (8192,))
 
 
 def prefill_generation_shapes(preset, max_context: int, max_batch: int, step: int):
@@ -149,13 +139,9 @@ _DOCTOR_UPDATE = (({"batch": 3, "dim": 40, "width": 4}, torch.float32),
 
 # ---- gated delta rule ----
 
-def _dims(shape):
-    return {k: shape.get(k, v) for k, v in QWEN3_NEXT.items() if k != "width"}
-
-
 def _gdn_inputs(shape, dtype, device, tokens: int, requests: int):
-    d = _dims(shape)
-    gen = _gen(shape)
+    d = model_dims(shape)
+    gen = seeded_generator(shape)
     rnd = lambda *s: torch.randn(*s, generator=gen)  # noqa: E731
     q = rnd(tokens, d["key_heads"], d["key_dim"]).to(dtype).to(device)
     k = rnd(tokens, d["key_heads"], d["key_dim"]).to(dtype).to(device)
@@ -170,20 +156,20 @@ def _gdn_inputs(shape, dtype, device, tokens: int, requests: int):
 
 
 def _state_bytes(shape, requests: int) -> int:
-    d = _dims(shape)
+    d = model_dims(shape)
     return 2 * requests * d["value_heads"] * d["key_dim"] * d["value_dim"] * 4  # fp32, in once and out once
 
 
 def _io_bytes(shape, dtype, tokens: int) -> int:
-    d = _dims(shape)
+    d = model_dims(shape)
     per_token = 2 * d["key_heads"] * d["key_dim"] + 2 * d["value_heads"] * d["value_dim"] + 2 * d["value_heads"]
-    return tokens * per_token * _elt(dtype)  # q, k, v, a, b in; o out
+    return tokens * per_token * element_size(dtype)  # q, k, v, a, b in; o out
 
 
 def gated_delta_rule_decode_case(shape, dtype, device) -> OpCase:
     batch = shape["batch"]
     inputs, pool, slots = _gdn_inputs(shape, dtype, device, batch, batch)
-    d = _dims(shape)
+    d = model_dims(shape)
 
     def run(config):
         p = pool.clone()
@@ -203,7 +189,7 @@ def gated_delta_rule_prefill_case(shape, dtype, device) -> OpCase:
     inputs, pool, slots = _gdn_inputs(shape, dtype, device, sum(lengths), len(lengths))
     starts = _starts(lengths, device)
     init = torch.tensor([i % 2 == 0 for i in range(len(lengths))], device=device)
-    d = _dims(shape)
+    d = model_dims(shape)
 
     def run(config):
         p = pool.clone()
@@ -222,7 +208,7 @@ def _gdn_kernels(decode: bool):
     def kernels(shape, dtype, config):
         from ...introspect.launches import meta_kernel_specs
 
-        d = _dims(shape)
+        d = model_dims(shape)
         meta = lambda *s, dtype=dtype: torch.empty(s, dtype=dtype, device="meta")  # noqa: E731
         n = shape["batch"] if decode else len(shape["lengths"])
         tokens = n if decode else sum(shape["lengths"])
@@ -253,7 +239,7 @@ def _with_work(spec, shape, decode: bool):
     and exit, and are not counted."""
     import dataclasses
 
-    d = _dims(shape)
+    d = model_dims(shape)
     n = shape["batch"] if decode else len(shape["lengths"])
     tokens, trips = n, ()
     if not decode:
@@ -275,7 +261,7 @@ def gdn_decode_traffic(shape, dtype) -> int:
     columns. The floor (`bytes_moved`) reads q and k once per key head."""
     from .gdn import _get_plan
 
-    d, batch, elt = _dims(shape), shape["batch"], _elt(dtype)
+    d, batch, elt = model_dims(shape), shape["batch"], element_size(dtype)
     k, v, hv = d["key_dim"], d["value_dim"], d["value_heads"]
     bv = _get_plan("gated_delta_rule_decode", k, v, hv // d["key_heads"], True, False, True, None).block_v
     per_program = 2 * bv * k * 4 + 2 * k * elt + 2 * bv * elt + 2 * elt + 2 * 4 + 4
@@ -299,106 +285,28 @@ def gdn_prefill_tune_candidates(quick: bool) -> list[dict]:
     return [{"CHUNK": c, "BLOCK_V": v} for c in ((16, 64) if quick else (16, 32, 64)) for v in (16, 32)]
 
 
-_TINY = {"key_heads": 2, "value_heads": 4, "key_dim": 16, "value_dim": 16}
-_DOCTOR_DECODE = (({"batch": 3, **_TINY}, torch.float32), ({"batch": 2, **_TINY}, torch.bfloat16))
-_DOCTOR_PREFILL = (({"lengths": (5, 20, 1), **_TINY}, torch.float32), ({"lengths": (3, 17), **_TINY}, torch.bfloat16))
-GDN_LOOKUP = ("key_dim", "value_dim")
-_SERVED = ("hybrid linear attention",)  # the install table's touchpoint (sglang_plugin/linear_attention/)
+_DOCTOR_DECODE = (({"batch": 3, **TINY}, torch.float32), ({"batch": 2, **TINY}, torch.bfloat16))
+_DOCTOR_PREFILL = (({"lengths": (5, 20, 1), **TINY}, torch.float32), ({"lengths": (3, 17), **TINY}, torch.bfloat16))
 
 SPECS = [
     OpSpec("causal_conv1d", "linear_attention", causal_conv1d_case, _DOCTOR_CONV, _conv_bench(False),
            tune_candidates=conv_tune_candidates, x_axis="lengths", kernels=_conv_kernels(False), config_keys=CONV_KEYS,
-           function=causal_conv1d, lookup_dims=("dim",), generation_shapes=prefill_generation_shapes, sglang=_SERVED),
+           function=causal_conv1d, lookup_dims=("dim",), generation_shapes=prefill_generation_shapes, sglang=SERVED),
     OpSpec("causal_conv1d_update", "linear_attention", causal_conv1d_update_case, _DOCTOR_UPDATE,
            _conv_bench(True), tune_candidates=conv_update_tune_candidates, x_axis="batch",
            kernels=_conv_kernels(True), config_keys={"BLOCK_D": TILE}, function=causal_conv1d_update,
            lookup_dims=("dim",), generation_shapes=decode_generation_shapes, graph_capture=True,
-           sglang_baselines=baselines("linear_attention:causal_conv1d_update", "inspect"), sglang=_SERVED),
+           sglang_baselines=baselines("linear_attention:causal_conv1d_update", "inspect"), sglang=SERVED),
     OpSpec("gated_delta_rule_decode", "linear_attention", gated_delta_rule_decode_case, _DOCTOR_DECODE,
            _gdn_bench(True), tune_candidates=gdn_decode_tune_candidates, x_axis="batch", kernels=_gdn_kernels(True),
            config_keys={"BLOCK_V": TILE}, function=gated_delta_rule_decode, lookup_dims=GDN_LOOKUP,
            generation_shapes=decode_generation_shapes, graph_capture=True, traffic=gdn_decode_traffic,
            sglang_baselines=baselines("linear_attention:gated_delta_rule_decode", "inspect", "traffic"),
-           sglang=_SERVED),
+           sglang=SERVED),
     OpSpec("gated_delta_rule_prefill", "linear_attention", gated_delta_rule_prefill_case, _DOCTOR_PREFILL,
            _gdn_bench(False), tune_candidates=gdn_prefill_tune_candidates, x_axis="lengths",
            kernels=_gdn_kernels(False), config_keys={"CHUNK": TILE, "BLOCK_V": TILE, "formulation": FORMULATION},
            function=gated_delta_rule_prefill, lookup_dims=GDN_LOOKUP, generation_shapes=prefill_generation_shapes,
-           sglang_baselines=baselines("linear_attention:gated_delta_rule_prefill", "inspect"), sglang=_SERVED),
+           sglang_baselines=baselines("linear_attention:gated_delta_rule_prefill", "inspect"), sglang=SERVED),
+    SPLIT_SPEC,
 ]  # fmt: skip
-
-# ---- gdn_split_qkvzba (the input projections cut into q | k | v, z, b, a) ----
-
-SPLIT_LAYOUTS = ("interleaved", "contiguous")  # Qwen3-Next's fused checkpoint, Qwen3.5's separate projections
-
-
-def _split_args(shape, dtype, device, meta: bool = False):
-    """The op's positional inputs: [tokens, 2 H K + 2 HV V] and [tokens, 2 HV],
-    contiguous as SGLang's projections hand them (meta: shapes only)."""
-    d, tokens = _dims(shape), shape["tokens"]
-    width = 2 * d["key_heads"] * d["key_dim"] + 2 * d["value_heads"] * d["value_dim"]
-    if meta:
-        qkvz, ba = (torch.empty(tokens, w, dtype=dtype, device="meta") for w in (width, 2 * d["value_heads"]))
-    else:
-        gen = _gen(shape)
-        qkvz, ba = (torch.randn(tokens, w, generator=gen).to(dtype).to(device) for w in (width, 2 * d["value_heads"]))
-    layout = shape.get("layout", "interleaved")
-    return (qkvz, ba, d["key_heads"], d["value_heads"], d["key_dim"], d["value_dim"], layout)
-
-
-def gdn_split_qkvzba_case(shape, dtype, device) -> OpCase:
-    args = _split_args(shape, dtype, device)
-    d = _dims(shape)
-    return OpCase(run=lambda config: gdn_split_qkvzba(*args, check=False, config=config),
-                  reference=lambda: reference.gdn_split_qkvzba(*args), dims={"key_dim": d["key_dim"],
-                  "value_dim": d["value_dim"]}, bytes_moved=2 * (args[0].numel() + args[1].numel()) * _elt(dtype),
-                  args=args, call=lambda: gdn_split_qkvzba(*args, check=False))  # fmt: skip
-
-
-def split_compare(out, ref, dtype) -> tuple[float, bool]:
-    """A copy: bitwise equal, shapes and contiguity as SGLang's callers read them."""
-    err, ok = 0.0, True
-    for got, want in zip(out, ref):
-        same = got.shape == want.shape and got.is_contiguous() and got.dtype == want.dtype
-        err = max(err, (got.double() - want.double()).abs().max().item() if same and got.numel() else 0.0)
-        ok = ok and same and torch.equal(got.cpu(), want.cpu())
-    return err, ok
-
-
-def _split_kernels(shape, dtype, config):
-    import dataclasses
-
-    from ...introspect.launches import meta_kernel_specs
-
-    args = _split_args(shape, dtype, None, meta=True)
-    (spec,) = meta_kernel_specs(lambda: gdn_split_qkvzba(*args, check=False, config=config))
-    programs = -(-shape["tokens"] // spec.constexprs["BLOCK_T"]) * (args[2] // spec.constexprs["HEADS"])
-    return [dataclasses.replace(spec, work={"programs": programs, "tokens": shape["tokens"], "trips": ()})]
-
-
-def split_bench_shapes(preset, quick: bool) -> list[dict]:
-    tokens = (2,) if quick else (1, 64, 512, 4096)
-    return [{"tokens": t, "layout": layout} for layout in SPLIT_LAYOUTS for t in tokens]
-
-
-def split_generation_shapes(preset, max_context: int, max_batch: int, step: int):
-    """Decode batches and prefill chunks alike: one launch over their tokens."""
-    lengths = {sum(ls) for ls in PREFILL_LENGTHS} | set(range(1, max_batch + 1))
-    return ({"tokens": n} for n in sorted(lengths))
-
-
-def split_tune_candidates(quick: bool) -> list[dict]:
-    return [{"BLOCK_T": t, "HEADS_PER_PROGRAM": h, "num_warps": w} for t in ((1, 4) if quick else (1, 2, 4, 8, 16))
-            for h in ((2,) if quick else (1, 2, 4, 16)) for w in ((1,) if quick else (1, 2, 4))]  # fmt: skip
-
-
-_DOCTOR_SPLIT = (({"tokens": 5, **_TINY}, torch.float32), ({"tokens": 3, **_TINY, "layout": "contiguous"},
-                 torch.bfloat16), ({"tokens": 4, "key_heads": 2, "value_heads": 2, "key_dim": 12, "value_dim": 20},
-                 torch.float16))  # fmt: skip
-SPECS.append(
-    OpSpec("gdn_split_qkvzba", "linear_attention", gdn_split_qkvzba_case, _DOCTOR_SPLIT, split_bench_shapes,
-           tune_candidates=split_tune_candidates, compare=split_compare, x_axis="tokens", kernels=_split_kernels,
-           config_keys={"BLOCK_T": TILE, "HEADS_PER_PROGRAM": COUNT}, function=gdn_split_qkvzba, lookup_dims=GDN_LOOKUP,
-           generation_shapes=split_generation_shapes, graph_capture=True,
-           sglang_baselines=baselines("split_qkvzba:gdn_split_qkvzba", "inspect"), sglang=_SERVED)
-)  # fmt: skip

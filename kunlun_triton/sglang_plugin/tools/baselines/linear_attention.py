@@ -42,7 +42,7 @@ from sglang.kernels.ops.attention.linear.fused_gdn_gating import fused_gdn_gatin
 from sglang.kernels.ops.attention.linear.fused_sigmoid_gating_recurrent import fused_sigmoid_gating_delta_rule_update
 from sglang.kernels.ops.mamba.causal_conv1d_triton import causal_conv1d_update
 
-from kunlun_triton.ops.linear_attention.spec import CONV_DIM, QWEN3_NEXT
+from kunlun_triton.ops.linear_attention.spec_shapes import CONV_DIM, QWEN3_NEXT
 
 CHUNK = 64  # FLA's CHUNK_SIZE
 KKT_MODULE = "sglang.kernels.ops.attention.fla.chunk_fwd"

@@ -19,7 +19,7 @@ import dataclasses
 import torch
 from sglang.kernels.ops.attention import triton_gdn_fused_proj
 
-from kunlun_triton.ops.linear_attention.spec import QWEN3_NEXT
+from kunlun_triton.ops.linear_attention.spec_shapes import QWEN3_NEXT
 
 
 def _sglangs(layout: str):
