@@ -20,7 +20,9 @@ from ...runtime.capabilities import AOT_PROXY, default_target, planning_target
 from ...introspect.aot import KernelSpec
 from ..spec import FORMULATION, TILE, OpCase, OpSpec, baselines
 from . import reference
-from .fused_experts import FORMULATIONS, SUM_TILE_CAP, fused_experts
+from .experts_checks import FORMULATIONS
+from .experts_plan import SUM_TILE_CAP
+from .fused_experts import fused_experts
 from .moe_topk import _plan as topk_plan
 from .moe_topk import moe_topk
 

@@ -23,7 +23,7 @@ from kunlun_triton.ops.moe import reference
 from kunlun_triton.runtime import FLOAT_DTYPES, clear_config_cache, get_config
 from kunlun_triton.testing import SHIPPED_TARGETS, assert_close, shipped_target, target_id
 
-fused_module = importlib.import_module("kunlun_triton.ops.moe.fused_experts")
+plan_module = importlib.import_module("kunlun_triton.ops.moe.experts_plan")  # where the plan binds its kernels
 
 
 def oracle(hidden_states, w13, w2, topk_weights, topk_ids, activation="silu", apply_router_weight_on_input=False):
@@ -199,13 +199,13 @@ def test_kunlun_masked_loads_zeroed_after_the_load(monkeypatch):
     formulation: ragged H and I still give the oracle's answer."""
     kunlun = kunlun_triton.runtime.capabilities(shipped_target("kunlun"))
     assert kunlun.load_ignores_other and not kunlun.has_dot
-    monkeypatch.setattr(fused_module, "capabilities", lambda target=None: kunlun)
+    monkeypatch.setattr(plan_module, "capabilities", lambda target=None: kunlun)
     clear_config_cache()  # plans are cached per target: forget the ones built with this target's own profile
     launched = set()
     for tokens in (5, 88):  # one-program and three-launch alignment
         case = _case(tokens, 6, 3, 40, 24, torch.float32, seed=tokens)
         with monkeypatch.context() as patch:
-            patch.setattr(fused_module, "moe_gate_up_kernel", _Recorder(fused_module.moe_gate_up_kernel, launched))
+            patch.setattr(plan_module, "moe_gate_up_kernel", _Recorder(plan_module.moe_gate_up_kernel, launched))
             out = fused_experts(**case, config={"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 16})
         assert_close(out, oracle(**case))
     clear_config_cache()
@@ -232,8 +232,8 @@ def test_one_compilation_serves_every_token_count(monkeypatch):
     specialised either), so nothing recompiles as batches change."""
     seen = set()
     for name in ("moe_gate_up_kernel", "moe_down_kernel", "moe_sum_kernel"):
-        monkeypatch.setattr(fused_module, name, _Recorder(getattr(fused_module, name), seen))
-    align = fused_module.align
+        monkeypatch.setattr(plan_module, name, _Recorder(getattr(plan_module, name), seen))
+    align = plan_module.align
     for name in ("moe_align_single_kernel", "moe_align_count_kernel", "moe_align_prefix_kernel",
                  "moe_align_scatter_kernel"):  # fmt: skip
         monkeypatch.setattr(align, name, _Recorder(getattr(align, name), seen))

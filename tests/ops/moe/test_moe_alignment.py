@@ -14,14 +14,14 @@ from strategies import DEVICE
 from kunlun_triton.ops.moe import align
 from kunlun_triton.ops.spec import explicit_config
 
-fused_module = importlib.import_module("kunlun_triton.ops.moe.fused_experts")
+plan_module = importlib.import_module("kunlun_triton.ops.moe.experts_plan")
 
 
 def _align(ids, experts, block_m, align_tile):
     config = explicit_config("fused_experts", {"BLOCK_M": block_m, "ALIGN_TILE": align_tile}, tokens=1,
                              num_experts=experts, top_k=1, hidden_size=16, intermediate_size=16)  # fmt: skip
-    plan = fused_module._Plan(experts, 1, 16, 16, torch.float32, "silu", False, "sum", config)
-    index, bound = fused_module.align_slots(ids.to(DEVICE), experts, plan)
+    plan = plan_module.ExpertsPlan(experts, 1, 16, 16, torch.float32, "silu", False, "sum", config)
+    index, bound = plan_module.align_slots(ids.to(DEVICE), experts, plan)
     index = index.cpu()  # the block table, then the sorted slots
     return index[3 * bound : 3 * bound + ids.numel()], index[: 3 * bound].view(bound, 3), plan.block_m
 
