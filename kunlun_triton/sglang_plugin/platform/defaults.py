@@ -17,11 +17,11 @@ import torch
 from ...runtime import current_target, run_dtype
 from ..layers.dp_attention import check_server_args as check_dp_attention
 from ..layers.moe import check_server_args
+from ..linear_attention.rules import apply_hybrid_defaults
 from ..speculative.algorithms import apply_speculative_defaults
 from .names import ATTENTION_BACKEND, LOGGER, SAMPLING_BACKEND
 from .dev_mode_defaults import apply_dev_mode_defaults
 from .model_rules import pin_moe_runner
-from ..linear_attention.rules import apply_hybrid_defaults
 from .support import check_support, check_tensor_parallel_heads, model_config
 
 logger = logging.getLogger(LOGGER)

@@ -19,7 +19,7 @@ import dataclasses
 import torch
 from sglang.kernels.ops.attention import triton_gdn_fused_proj
 
-from kunlun_triton.ops.linear_attention.spec_shapes import QWEN3_NEXT
+from kunlun_triton.ops.linear_attention.spec_shapes import model_dims
 
 
 def _sglangs(layout: str):
@@ -32,7 +32,7 @@ def gdn_split_qkvzba_inspect_specs(shape, dtype):
     """SGLang's split for ``tokens`` tokens in the shape's layout (default interleaved)."""
     from kunlun_triton.introspect.launches import record_launches, spec_of_launch
 
-    d = {k: shape.get(k, v) for k, v in QWEN3_NEXT.items()}
+    d = model_dims(shape)
     h, hv, k, v, tokens = d["key_heads"], d["value_heads"], d["key_dim"], d["value_dim"], shape["tokens"]
     qkvz = torch.empty(tokens, 2 * h * k + 2 * hv * v, dtype=dtype, device="meta")
     ba = torch.empty(tokens, 2 * hv, dtype=dtype, device="meta")
